@@ -1,0 +1,5 @@
+import sys
+
+from jaxpapers.cli import main
+
+sys.exit(main())

@@ -1,0 +1,190 @@
+"""The ``jaxpapers`` command: list papers, reproduce experiments, benchmark kernels.
+
+Exit codes: 0 success; 1 a reproduction or benchmark failed while running; 2 bad arguments
+(unknown id, bad scale, unwritable output folder, paper not implemented), always with a one-line
+message and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+import traceback
+
+from jaxpapers.core import registry
+
+__all__ = ["main"]
+
+
+class _UsageError(Exception):
+    """A bad command line: reported on one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse prints usage + message)
+        raise _UsageError(message)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="jaxpapers",
+        description="JAX implementations and reproductions of ICML 2026 papers.",
+        epilog="Examples:\n  jaxpapers list\n  jaxpapers reproduce layer_balancing --scale small "
+               "--out results\n  jaxpapers reproduce all --scale small\n  jaxpapers bench "
+               "quantized_matmul",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="{list,reproduce,bench}", parser_class=_Parser)
+    lp = sub.add_parser("list", help="list every paper, its module, experiment and status")
+    fmt = lp.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the registry as JSON")
+    fmt.add_argument("--markdown", action="store_true",
+                     help="print the status table used in README.md")
+    rp = sub.add_parser(
+        "reproduce", help="run paper experiments and write reports",
+        description="Run experiments and write DIR/<id>/{report.md,metrics.json,config.json,*.png}."
+                    " 'all' means every implemented paper.")
+    rp.add_argument("ids", nargs="+", metavar="ID", help="paper ids (see 'jaxpapers list') or 'all'")
+    rp.add_argument("--scale", default="small", help="small (minutes on a CPU, default) or full "
+                    "(the paper's settings; meant for a GPU/TPU)")
+    rp.add_argument("--out", default="results", metavar="DIR", help="output folder (default: results)")
+    rp.add_argument("--seed", default=0, type=int, metavar="N", help="integer seed (default: 0)")
+    bp = sub.add_parser("bench", help="time a Pallas kernel against its jnp reference")
+    bp.add_argument("kernel", help="kernel name (see 'jaxpapers bench --list')", nargs="?")
+    bp.add_argument("--list", action="store_true", help="list the kernels that can be benchmarked")
+    return p
+
+
+def _cmd_list(args) -> int:
+    papers = [registry.with_facts(p) for p in registry.PAPERS]
+    if args.json:
+        print(json.dumps([p.as_dict() for p in papers], indent=2))
+        return 0
+    if args.markdown:
+        print(markdown_status_table())
+        return 0
+    from jaxpapers.core.report import console_table
+
+    rows = [(p.id, p.status.value, p.capability, p.title) for p in papers]
+    print(console_table(rows, ("id", "status", "module", "title")))
+    done = sum(p.reproducible for p in papers)
+    print(f"\n{done} of {len(papers)} papers implemented.")
+    return 0
+
+
+def markdown_status_table() -> str:
+    """The README's paper table, generated from the registry (a test keeps README in sync)."""
+    lines = ["| id | paper | module | experiment | status |", "|---|---|---|---|---|"]
+    for p in map(registry.with_facts, registry.PAPERS):
+        exp = f"`{p.experiment.replace('.', '/')}/`" if p.reproducible else "-"
+        lines.append(f"| `{p.id}` | {p.title} | `{p.capability}` | {exp} | {p.status.value} |")
+    return "\n".join(lines)
+
+
+def _check_writable(out: pathlib.Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".jaxpapers-write-test"):
+            pass
+    except OSError as e:
+        raise _UsageError(f"output folder {str(out)!r} is not writable: {e.strerror or e}") from None
+
+
+def _resolve_ids(ids: list[str]) -> list[str]:
+    if "all" in ids:
+        if len(ids) > 1:
+            raise _UsageError("'all' cannot be combined with other ids")
+        return [p.id for p in registry.PAPERS if p.reproducible]
+    out = []
+    for pid in ids:
+        try:
+            paper = registry.get(pid)
+        except registry.UnknownPaperError as e:
+            raise _UsageError(str(e)) from None
+        if not paper.reproducible:
+            raise _UsageError(f"paper {pid!r} is {paper.status.value}: no reproduction to run yet "
+                              f"(see 'jaxpapers list')")
+        if pid not in out:
+            out.append(pid)
+    return out
+
+
+def _cmd_reproduce(args) -> int:
+    from jaxpapers.core.reproduce import SCALES, reproduce
+    from jaxpapers.core.report import console_table
+
+    if args.scale not in SCALES:
+        raise _UsageError(f"--scale must be one of {', '.join(SCALES)}, got {args.scale!r}")
+    pids = _resolve_ids(args.ids)
+    if not pids:
+        raise _UsageError("no implemented papers to reproduce")
+    out = pathlib.Path(args.out)
+    _check_writable(out)
+    from tqdm.auto import tqdm
+
+    summary, failed = [], 0
+    bar = tqdm(pids, desc="papers", unit="paper", disable=None)
+    for pid in bar:
+        bar.set_postfix_str(pid)
+        t0 = time.perf_counter()
+        try:
+            res = reproduce(pid, scale=args.scale, out_dir=out, seed=args.seed)
+        except Exception as e:  # report and go on with the next paper
+            failed += 1
+            tqdm.write(f"[{pid}] FAILED after {time.perf_counter() - t0:.1f} s: "
+                       f"{type(e).__name__}: {e}")
+            if os.environ.get("JAXPAPERS_DEBUG"):
+                traceback.print_exc()
+            summary.append((pid, "failed", f"{time.perf_counter() - t0:.1f}", "-", "-"))
+            continue
+        from jaxpapers.core.report import claims_table
+
+        tqdm.write(f"\n== {pid} ({args.scale}, seed {args.seed}): {res.wall_time_s:.1f} s ==")
+        tqdm.write(claims_table(res.claims))
+        tqdm.write(f"report: {res.out_dir / 'report.md'}")
+        n_rep = sum(c["verdict"] == "reproduced" for c in res.claims)
+        summary.append((pid, "ok", f"{res.wall_time_s:.1f}", f"{n_rep}/{len(res.claims)}",
+                        str(res.out_dir)))
+    bar.close()
+    print("\nSummary")
+    print(console_table(summary, ("paper", "run", "seconds", "claims reproduced", "output")))
+    return 1 if failed else 0
+
+
+def _cmd_bench(args) -> int:
+    import pallas_kernels
+
+    available = pallas_kernels.benchmarks()
+    if args.list or not args.kernel:
+        print("\n".join(available) if available else "no kernels yet")
+        return 0
+    if args.kernel not in available:
+        raise _UsageError(f"unknown kernel {args.kernel!r}; available: "
+                          f"{', '.join(available) or 'none yet'}")
+    return int(pallas_kernels.run_benchmark(args.kernel) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``jaxpapers`` console script; returns the exit code."""
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return {"list": _cmd_list, "reproduce": _cmd_reproduce, "bench": _cmd_bench}[
+            args.command](args)
+    except _UsageError as e:
+        print(f"jaxpapers: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("jaxpapers: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from jaxpapers import cli
+from jaxpapers.core import registry
+
+
+def _run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_json_has_all_papers(capsys):
+    code, out, _ = _run(capsys, "list", "--json")
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 19
+    assert [r["id"] for r in rows] == list(registry.ids())
+    assert all({"id", "title", "status"} <= set(r) for r in rows)
+    statuses = {r["id"]: r["status"] for r in rows}
+    assert statuses["qsched"] == "not implemented"
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["reproduce", "nope"], "unknown paper id 'nope'"),
+    (["reproduce", "qsched"], "not implemented"),
+    (["reproduce", "all", "--scale", "huge"], "--scale must be one of"),
+    (["reproduce", "all", "qsched"], "'all' cannot be combined"),
+    (["reproduce", "--seed", "x", "all"], "invalid int value"),
+    (["bench", "no_such_kernel"], "unknown kernel 'no_such_kernel'"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_arguments_exit_2_with_one_line(capsys, argv, match):
+    code, out, err = _run(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jaxpapers: error:") and match in lines[0]
+    assert "Traceback" not in err + out
+
+
+def _fake_experiment(monkeypatch, *, fail=False):
+    """Register a tiny fake paper whose experiment lives in in-memory modules."""
+    cfg = types.ModuleType("experiments.fake_paper.config")
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        n: int
+
+    cfg.small, cfg.full = (lambda: Config(3)), (lambda: Config(30))
+    run = types.ModuleType("experiments.fake_paper.run")
+
+    def run_fn(config, key):
+        import jax
+
+        if fail:
+            raise RuntimeError("diverged")
+        x = float(jax.random.uniform(key))
+        return {"metrics": {"x": x, "n": config.n},
+                "claims": [{"metric": "x", "ours": x, "paper": 0.5,
+                            "verdict": "reproduced" if x < 1 else "not reproduced"}]}
+
+    def plot(result, out_dir):
+        p = out_dir / "fake.png"
+        p.write_bytes(b"\x89PNG\r\n\x1a\n")
+        return [p]
+
+    run.run, run.plot = run_fn, plot
+    monkeypatch.setitem(sys.modules, "experiments.fake_paper", types.ModuleType("x"))
+    monkeypatch.setitem(sys.modules, "experiments.fake_paper.config", cfg)
+    monkeypatch.setitem(sys.modules, "experiments.fake_paper.run", run)
+    paper = registry.Paper("fake_paper", "A fake paper", "jaxpapers.core", "experiments.fake_paper",
+                           registry.Status.IMPLEMENTED)
+    monkeypatch.setattr(registry, "PAPERS", registry.PAPERS + (paper,))
+    monkeypatch.setitem(registry._BY_ID, "fake_paper", paper)
+
+
+def test_reproduce_writes_contract_files(capsys, monkeypatch, tmp_path):
+    _fake_experiment(monkeypatch)
+    code, out, _ = _run(capsys, "reproduce", "fake_paper", "--out", str(tmp_path), "--seed", "7")
+    assert code == 0
+    d = tmp_path / "fake_paper"
+    assert {p.name for p in d.iterdir()} >= {"report.md", "metrics.json", "config.json", "fake.png"}
+    doc = json.loads((d / "metrics.json").read_text())
+    assert doc["paper"] == "fake_paper" and doc["seed"] == 7 and doc["scale"] == "small"
+    assert doc["metrics"]["n"] == 3 and doc["claims"][0]["paper"] == 0.5
+    assert "Summary" in out and "fake_paper" in out
+    # same seed, same numbers
+    code, _, _ = _run(capsys, "reproduce", "fake_paper", "--out", str(tmp_path / "again"),
+                      "--seed", "7")
+    again = json.loads((tmp_path / "again" / "fake_paper" / "metrics.json").read_text())
+    assert again["metrics"] == doc["metrics"]
+
+
+def test_reproduce_failure_exits_nonzero(capsys, monkeypatch, tmp_path):
+    _fake_experiment(monkeypatch, fail=True)
+    code, out, err = _run(capsys, "reproduce", "fake_paper", "--out", str(tmp_path))
+    assert code == 1
+    assert "FAILED" in out + err and "diverged" in out + err
+    assert not (tmp_path / "fake_paper" / "metrics.json").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_out_dir(capsys, monkeypatch, tmp_path):
+    _fake_experiment(monkeypatch)
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    code, _, err = _run(capsys, "reproduce", "fake_paper", "--out", str(ro / "sub"))
+    assert code == 2 and "not writable" in err
+
+
+def test_out_dir_that_is_a_file(capsys, monkeypatch, tmp_path):
+    _fake_experiment(monkeypatch)
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, _, err = _run(capsys, "reproduce", "fake_paper", "--out", str(f))
+    assert code == 2 and "not writable" in err and len(err.strip().splitlines()) == 1
+
+
+def test_console_script_runs_in_subprocess():
+    r = subprocess.run([sys.executable, "-m", "jaxpapers", "reproduce", "nope"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith("jaxpapers: error: unknown paper id")
+    assert "Traceback" not in r.stderr

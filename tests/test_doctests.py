@@ -1,0 +1,16 @@
+"""Run the ``>>>`` examples of the public modules as doctests."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["jaxpapers.core.train"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name):
+    mod = importlib.import_module(name)
+    res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert res.attempted > 0, f"{name} has no doctest examples"
+    assert res.failed == 0

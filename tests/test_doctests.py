@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["jaxpapers.core.train"]
+MODULES = ["jaxpapers.core.train", "jaxpapers.linear_nets.theory"]
 
 
 @pytest.mark.parametrize("name", MODULES)

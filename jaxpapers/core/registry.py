@@ -90,7 +90,7 @@ PAPERS: tuple[Paper, ...] = (
     _p("kernelfoundry", "KernelFoundry: quality-diversity search for GPU kernels", "evolve"),
     _p("tdm_r1", "TDM-R1: reinforcement learning for few-step generative models", "diffusion"),
     _p("layer_balancing", "Layer-wise learning-rate balancing in two- and three-layer linear networks",
-       "linear_nets", Status.IN_PROGRESS, issue=3),
+       "linear_nets", _IMPL, issue=3),
     _p("fedpdg", "FedPDG: federated learning with diffusion-generated data", "federated"),
     _p("spon", "SPON: activation sparsity for LLM inference", "sparsity"),
     _p("fedgcm", "FedGCM: federated graph learning under homophily heterogeneity", "federated"),

@@ -11,8 +11,10 @@ import importlib
 
 __all__ = ["benchmarks", "run_benchmark"]
 
-# kernel name -> module with ``main() -> int``; none has landed yet.
-_BENCHMARKS: dict[str, str] = {}
+# kernel name -> module with ``main() -> int``.
+_BENCHMARKS: dict[str, str] = {
+    "quantized_matmul": "pallas_kernels.quantized_matmul.bench",
+}
 
 
 def benchmarks() -> tuple[str, ...]:

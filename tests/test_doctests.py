@@ -5,7 +5,8 @@ import importlib
 
 import pytest
 
-MODULES = ["jaxpapers.core.train", "jaxpapers.linear_nets.theory"]
+MODULES = ["jaxpapers.core.train", "jaxpapers.linear_nets.theory", "jaxpapers.quant.quantize",
+           "pallas_kernels.quantized_matmul.ops"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -59,16 +59,8 @@ def _check_method(method):
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
 
 
-class ConformalRegressor:
-    """Split CP or RSA-CP intervals around any sklearn regressor (absolute-residual score).
-
-    Args:
-      estimator: sklearn regressor. alpha: miscoverage in (0, 1). method: "split" | "rsacp".
-      beta: RSA-CP window level. reference: "oof" (out-of-fold residuals on the training
-        data, computed in :meth:`fit`) or an array of reference scores. guard: RSA-CP
-        split-CP floor (restores coverage >= 1 - alpha, no shortening). prefit: the
-        estimator is already fitted (then ``reference`` must be an array).
-    """
+class _ConformalBase:
+    """Shared constructor and ``fit`` of the sklearn-style wrappers."""
 
     def __init__(self, estimator, *, alpha: float = 0.1, method: str = "rsacp",
                  beta: float = 0.4, reference="oof", guard: bool = False, prefit: bool = False):
@@ -79,16 +71,34 @@ class ConformalRegressor:
         self.reference, self.guard, self.prefit = reference, guard, prefit
         self.reference_scores_ = None if isinstance(reference, str) else np.asarray(reference)
 
+    def _oof_reference(self, estimator, x, y):
+        raise NotImplementedError
+
     def fit(self, x, y):
         from sklearn.base import clone
 
         if self.method == "rsacp" and isinstance(self.reference, str):
             if self.reference != "oof":
                 raise ValueError(f"reference must be 'oof' or an array, got {self.reference!r}")
-            self.reference_scores_ = oof_residual_reference(clone(self.estimator), x, y)
+            self.reference_scores_ = self._oof_reference(clone(self.estimator), x, y)
         if not self.prefit:
             self.estimator.fit(x, y)
         return self
+
+
+class ConformalRegressor(_ConformalBase):
+    """Split CP or RSA-CP intervals around any sklearn regressor (absolute-residual score).
+
+    Args:
+      estimator: sklearn regressor. alpha: miscoverage in (0, 1). method: "split" | "rsacp".
+      beta: RSA-CP window level. reference: "oof" (out-of-fold residuals on the training
+        data, computed in :meth:`fit`) or an array of reference scores. guard: RSA-CP
+        split-CP floor (restores coverage >= 1 - alpha, no shortening). prefit: the
+        estimator is already fitted (then ``reference`` must be an array).
+    """
+
+    def _oof_reference(self, estimator, x, y):
+        return oof_residual_reference(estimator, x, y)
 
     def conformalize(self, x_cal, y_cal):
         y_cal = np.asarray(y_cal, np.float64)
@@ -115,29 +125,14 @@ class ConformalRegressor:
         return pred, pred - self.half_width_, pred + self.half_width_
 
 
-class ConformalClassifier:
+class ConformalClassifier(_ConformalBase):
     """Split CP or RSA-CP prediction sets around any sklearn classifier (LAC score 1 - p_y).
 
     Args: as :class:`ConformalRegressor`; ``reference="oof"`` uses out-of-fold LAC scores.
     """
 
-    def __init__(self, estimator, *, alpha: float = 0.1, method: str = "rsacp",
-                 beta: float = 0.4, reference="oof", guard: bool = False, prefit: bool = False):
-        _check_method(method)
-        if not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-        self.estimator, self.alpha, self.method, self.beta = estimator, alpha, method, beta
-        self.reference, self.guard, self.prefit = reference, guard, prefit
-        self.reference_scores_ = None if isinstance(reference, str) else np.asarray(reference)
-
-    def fit(self, x, y):
-        from sklearn.base import clone
-
-        if self.method == "rsacp" and isinstance(self.reference, str):
-            self.reference_scores_ = oof_lac_reference(clone(self.estimator), x, y)
-        if not self.prefit:
-            self.estimator.fit(x, y)
-        return self
+    def _oof_reference(self, estimator, x, y):
+        return oof_lac_reference(estimator, x, y)
 
     def conformalize(self, x_cal, y_cal):
         y_cal = np.asarray(y_cal)

@@ -115,7 +115,7 @@ def _resolve_ids(ids: list[str]) -> list[str]:
 
 def _cmd_reproduce(args) -> int:
     from jaxpapers.core.reproduce import SCALES, reproduce
-    from jaxpapers.core.report import console_table
+    from jaxpapers.core.report import claims_table, console_table
 
     if args.scale not in SCALES:
         raise _UsageError(f"--scale must be one of {', '.join(SCALES)}, got {args.scale!r}")
@@ -141,8 +141,6 @@ def _cmd_reproduce(args) -> int:
                 traceback.print_exc()
             summary.append((pid, "failed", f"{time.perf_counter() - t0:.1f}", "-", "-"))
             continue
-        from jaxpapers.core.report import claims_table
-
         tqdm.write(f"\n== {pid} ({args.scale}, seed {args.seed}): {res.wall_time_s:.1f} s ==")
         tqdm.write(claims_table(res.claims))
         tqdm.write(f"report: {res.out_dir / 'report.md'}")

@@ -141,7 +141,7 @@ def paper_facts(pid: str) -> dict[str, Any]:
 
 
 def get(pid: str) -> Paper:
-    """The registry row for ``pid``; title taken from the facts file when it has one."""
+    """The registry row for ``pid`` (see :func:`with_facts` for the confirmed title)."""
     try:
         paper = _BY_ID[pid]
     except KeyError:

@@ -79,13 +79,12 @@ def reproduce(pid: str, *, scale: str = "small", out_dir: str | pathlib.Path = "
     t0 = time.perf_counter()
     result = run_mod.run(config, jax.random.key(seed))
     wall = time.perf_counter() - t0
-    report.validate_result(result)  # fail before plotting if malformed
+    norm = report.validate_result(result)  # fail before plotting if malformed
     plots = [pathlib.Path(p) for p in run_mod.plot(result, dest)]
     if not plots or not all(p.suffix == ".png" and p.is_file() for p in plots):
         raise ValueError(f"experiment {pid!r}: plot() must write at least one PNG, got {plots}")
     paths = report.write_report(dest, paper_id=pid, scale=scale, seed=seed, result=result,
                                 config=config, wall_time_s=wall, plots=plots, title=paper.title,
                                 facts=registry.paper_facts(pid))
-    norm = report.validate_result(result)
     return Outcome(pid, scale, seed, wall, dest, tuple(norm["claims"]),
                    tuple(paths.values()) + tuple(plots))

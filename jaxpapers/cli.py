@@ -47,7 +47,8 @@ def _build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser(
         "reproduce", help="run paper experiments and write reports",
         description="Run experiments and write DIR/<id>/{report.md,metrics.json,config.json,*.png}."
-                    " 'all' means every implemented paper.")
+                    " 'all' means every paper whose status is 'implemented'; papers 'in progress'"
+                    " run when named.")
     rp.add_argument("ids", nargs="+", metavar="ID", help="paper ids (see 'jaxpapers list') or 'all'")
     rp.add_argument("--scale", default="small", help="small (minutes on a CPU, default) or full "
                     "(the paper's settings; meant for a GPU/TPU)")
@@ -71,8 +72,10 @@ def _cmd_list(args) -> int:
 
     rows = [(p.id, p.status.value, p.capability, p.title) for p in papers]
     print(console_table(rows, ("id", "status", "module", "title")))
-    done = sum(p.reproducible for p in papers)
-    print(f"\n{done} of {len(papers)} papers implemented.")
+    done = sum(p.status is registry.Status.IMPLEMENTED for p in papers)
+    wip = sum(p.status is registry.Status.IN_PROGRESS for p in papers)
+    print(f"\n{done} of {len(papers)} papers implemented, {wip} in progress "
+          "(runnable by id; their issues are open).")
     return 0
 
 
@@ -98,7 +101,7 @@ def _resolve_ids(ids: list[str]) -> list[str]:
     if "all" in ids:
         if len(ids) > 1:
             raise _UsageError("'all' cannot be combined with other ids")
-        return [p.id for p in registry.PAPERS if p.reproducible]
+        return [p.id for p in registry.PAPERS if p.status is registry.Status.IMPLEMENTED]
     out = []
     for pid in ids:
         try:

@@ -28,9 +28,9 @@ __all__ = [
 class Status(str, enum.Enum):
     """How far a paper is implemented."""
 
-    NOT_STARTED = "not implemented"
-    IN_PROGRESS = "in progress"
-    IMPLEMENTED = "implemented"
+    NOT_STARTED = "not implemented"  # no experiment: `reproduce` refuses it
+    IN_PROGRESS = "in progress"  # an experiment runs, but its issue's acceptance is not met yet
+    IMPLEMENTED = "implemented"  # done; included in `reproduce all`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,8 @@ class Paper:
       title: the paper's title (from ``third_party/papers/<id>.toml`` when present).
       capability: the library module that implements the method, e.g. ``jaxpapers.linear_nets``.
       experiment: the importable experiment package, e.g. ``experiments.layer_balancing``.
-      status: a :class:`Status`; only ``IMPLEMENTED`` papers can be reproduced.
+      status: a :class:`Status`; ``IN_PROGRESS`` and ``IMPLEMENTED`` papers can be reproduced
+        by id, ``reproduce all`` runs the ``IMPLEMENTED`` ones.
       issue: the tracker issue that builds it (0 when none yet).
     """
 
@@ -55,7 +56,7 @@ class Paper:
 
     @property
     def reproducible(self) -> bool:
-        return self.status is Status.IMPLEMENTED
+        return self.status is not Status.NOT_STARTED
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -85,7 +86,8 @@ _NS, _IMPL = Status.NOT_STARTED, Status.IMPLEMENTED
 PAPERS: tuple[Paper, ...] = (
     _p("qsched", "Q-Sched: few-step diffusion with scheduler-level post-training quantization",
        "diffusion", issue=5),
-    _p("slate_glm", "Contextual slate GLM bandits under limited adaptivity", "bandits", issue=7),
+    _p("slate_glm", "Contextual slate GLM bandits under limited adaptivity", "bandits",
+       Status.IN_PROGRESS, issue=7),
     _p("codetracer", "CodeTracer: syntax-aware watermarking of LLM-generated code", "watermark"),
     _p("kernelfoundry", "KernelFoundry: quality-diversity search for GPU kernels", "evolve"),
     _p("tdm_r1", "TDM-R1: reinforcement learning for few-step generative models", "diffusion"),

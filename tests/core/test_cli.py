@@ -128,3 +128,15 @@ def test_console_script_runs_in_subprocess():
     assert r.returncode == 2
     assert r.stderr.strip().startswith("jaxpapers: error: unknown paper id")
     assert "Traceback" not in r.stderr
+
+
+def test_all_runs_only_implemented_papers(monkeypatch):
+    _fake_experiment(monkeypatch)
+    wip = registry.Paper("wip_paper", "WIP", "jaxpapers.core", "experiments.fake_paper",
+                         registry.Status.IN_PROGRESS)
+    monkeypatch.setattr(registry, "PAPERS", registry.PAPERS + (wip,))
+    monkeypatch.setitem(registry._BY_ID, "wip_paper", wip)
+    got = cli._resolve_ids(["all"])
+    assert "fake_paper" in got and "wip_paper" not in got
+    assert all(registry.get(p).status is registry.Status.IMPLEMENTED for p in got)
+    assert cli._resolve_ids(["wip_paper"]) == ["wip_paper"]  # runnable when named

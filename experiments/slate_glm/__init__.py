@@ -1,0 +1,1 @@
+"""Reproduction of "Contextual Slate GLM Bandits with Limited Adaptivity" (B-/RS-SlateGLinCB)."""

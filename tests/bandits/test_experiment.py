@@ -1,0 +1,30 @@
+"""The experiment on a tiny config: directions of the paper's claims, with numbers.
+
+Marked slow: ~6 algorithms x compile (+ timing + ICL) takes 1-3 minutes on 2 shared cores.
+"""
+
+import jax
+import pytest
+
+from experiments.slate_glm import config, run
+
+
+@pytest.mark.slow
+def test_tiny_run_directions(tmp_path):
+    res = run.run(config.tiny(), jax.random.key(0))
+    m = res["metrics"]
+    # limited adaptivity: counts within the bounds (deterministic)
+    assert m["switches/b_slateglincb"] <= m["switch_bound/b_slateglincb"]
+    assert m["switches/rs_slateglincb"] <= m["switch_bound/rs_slateglincb"]
+    assert m["switches/rs_slateglincb"] < 0.1 * m["switches/slate_glm_ofu"]
+    # learning: OFU, RS and B+ far below random (random ~0.25 regret/round here)
+    assert m["regret/slate_glm_ofu"] < 0.3 * m["regret/random"]
+    assert m["regret/rs_slateglincb"] < 0.5 * m["regret/random"]
+    assert m["regret/b_slateglincb_plus"] < 0.5 * m["regret/random"]
+    # ICL stand-in: the bandit picks better examples than random
+    assert m["icl_accuracy/bandit"] > m["icl_accuracy/random"] + 0.1
+    # enumeration grows faster than the slot-wise select
+    assert m["time_ratio/enumeration_N4_over_N3"] > m["time_ratio/rs_select_N4_over_N3"]
+    from jaxpapers.core.report import validate_result
+    validate_result(res)
+    assert len(run.plot(res, tmp_path)) >= 1

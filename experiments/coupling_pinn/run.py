@@ -1,0 +1,194 @@
+"""Coupling-PINN reproduction: relative L2 vs depth per architecture on the paper's
+gradient-fitting task, input-derivative norms at initialisation vs depth, and a time-dependent
+benchmark (Burgers / Allen-Cahn) with causal weighting.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxpapers import pinn
+
+
+def _optimizer(cfg, steps):
+    return optax.adam(optax.cosine_decay_schedule(cfg.learning_rate, steps, alpha=0.01))
+
+
+def _net(cfg, arch, depth, width):
+    return pinn.make_network(arch, depth=depth, width=width, weight_fact=cfg.weight_fact,
+                             fourier_scale=cfg.fourier_scale)
+
+
+def _deriv_norms(cfg, key):
+    pts = jax.random.uniform(key, (cfg.deriv_points, 2), minval=-1.0, maxval=1.0)
+    out = {}
+    for arch in cfg.archs:
+        for depth in cfg.deriv_depths:
+            net = _net(cfg, arch, depth, cfg.deriv_width)
+            params = jax.jit(net.init)(jax.random.fold_in(key, depth), jnp.zeros(2))
+            norms = jax.jit(lambda p, x: pinn.input_derivative_norms(net, p, x))(params, pts)
+            layers = []
+            if depth == max(cfg.deriv_depths):  # per-layer picture for the deepest net only
+                layers = np.asarray(jax.jit(lambda p, x: pinn.hidden_differential_norms(
+                    net, p, x))(params, pts[:16])).tolist()
+            out[(arch, depth)] = ({k: float(v) for k, v in norms.items()}, layers)
+    return out
+
+
+def _sweep(cfg, key):
+    prob = pinn.make_problem("gradient_fit", omega=cfg.omega, eval_n=cfg.eval_n)
+    res = {}
+    for arch in cfg.archs:
+        for depth in cfg.depths:
+            net = _net(cfg, arch, depth, cfg.width)
+            t0 = time.perf_counter()
+            state, hist = pinn.train(prob, net, key, num_steps=cfg.steps,
+                                     batch_size=cfg.batch_size,
+                                     optimizer=_optimizer(cfg, cfg.steps),
+                                     chunk_size=min(cfg.steps, 250), desc=f"{arch}-{depth}")
+            err = float(pinn.relative_l2(net, state.params["net"], prob))
+            res[(arch, depth)] = {"rel_l2": err, "seconds": time.perf_counter() - t0,
+                                  "loss": hist["loss"][:: max(1, cfg.steps // 100)].tolist()}
+    return res
+
+
+def _time_benchmark(cfg, key):
+    prob = pinn.make_problem(cfg.time_problem)
+    out = {}
+    for arch in cfg.time_archs:
+        net = _net(cfg, arch, cfg.time_depth, cfg.width)
+        state, hist = pinn.train(prob, net, key, num_steps=cfg.time_steps,
+                                 batch_size=cfg.time_batch,
+                                 optimizer=_optimizer(cfg, cfg.time_steps),
+                                 chunk_size=min(cfg.time_steps, 250), causal_tol=cfg.causal_tol,
+                                 num_chunks=16 if cfg.time_batch % 16 == 0 else 1,
+                                 desc=f"{cfg.time_problem}-{arch}")
+        out[arch] = float(pinn.relative_l2(net, state.params["net"], prob))
+    return out
+
+
+def run(config, key: jax.Array) -> dict[str, Any]:
+    """Run the experiment (deterministic given ``key``); float32 like the release."""
+    cfg = config
+    k_deriv, k_sweep, k_time = jax.random.split(key, 3)
+    metrics: dict[str, float] = {}
+    deriv = _deriv_norms(cfg, k_deriv)
+    for (arch, depth), (norms, _) in deriv.items():
+        metrics[f"deriv_norm_init/{arch}/depth{depth}"] = norms["grad"]
+        metrics[f"lap_norm_init/{arch}/depth{depth}"] = norms["laplacian"]
+    sweep = _sweep(cfg, k_sweep)
+    for (arch, depth), r in sweep.items():
+        metrics[f"rel_l2/{arch}/depth{depth}"] = r["rel_l2"]
+        metrics[f"train_seconds/{arch}/depth{depth}"] = r["seconds"]
+    timed = _time_benchmark(cfg, k_time)
+    for arch, err in timed.items():
+        metrics[f"rel_l2_{cfg.time_problem}/{arch}/depth{cfg.time_depth}"] = err
+
+    lo, hi = min(cfg.depths), max(cfg.depths)
+    err = lambda a, d: sweep[(a, d)]["rel_l2"] if (a, d) in sweep else float("nan")
+    claims = []
+    c_hi, m_hi = err("coupled", hi), err("mlp", hi)
+    others = {f"{a}/depth{hi}": err(a, hi) for a in cfg.archs if a != "coupled"}
+    others.update({f"{a}/depth{lo}": err(a, lo) for a in cfg.archs if a != "coupled" and lo != hi})
+    best_other = min(others.values()) if others else float("nan")
+    metrics["coupled_best_other_ratio"] = c_hi / best_other
+    claims.append({
+        "metric": f"rel_l2/coupled/depth{hi}", "ours": c_hi,
+        "paper": "outperforms shallow PINNs and other deep PINN architectures",
+        "verdict": ("not comparable" if not np.isfinite(c_hi) or not np.isfinite(best_other)
+                    else "reproduced" if c_hi < best_other else "not reproduced"),
+        "baselines": others,
+        "note": f"gradient-fitting task w={cfg.omega}, width {cfg.width}, {cfg.steps} steps; "
+                "the paper's numbers are for w=30, width 128, 50k steps (not comparable)"})
+    metrics["coupled_deep_over_shallow"] = c_hi / err("coupled", lo)
+    metrics["mlp_deep_over_shallow"] = m_hi / err("mlp", lo)
+    holds = metrics["coupled_deep_over_shallow"] <= 1.5 and m_hi >= 0.3
+    claims.append({
+        "metric": "coupled_deep_over_shallow", "ours": metrics["coupled_deep_over_shallow"],
+        "paper": "deeper models train stably (error holds or improves with depth)",
+        "verdict": ("not comparable" if lo == hi or not np.isfinite(c_hi)
+                    else "reproduced" if holds else "not reproduced"),
+        "baselines": {"mlp_deep_over_shallow": metrics["mlp_deep_over_shallow"],
+                      f"rel_l2/mlp/depth{hi}": m_hi},
+        "note": "reproduced = coupled error at the deepest depth <= 1.5x its shallowest error "
+                "while the plain MLP at the deepest depth has rel. L2 >= 0.3"})
+    if hi == 24 and cfg.width == 32:
+        ok = c_hi <= 3e-2 and m_hi >= 0.3
+        claims.append({"metric": "rel_l2/coupled/depth24", "ours": c_hi, "paper": 1.0e-2,
+                       "verdict": "reproduced" if ok else "not reproduced",
+                       "baselines": {"rel_l2/mlp/depth24": m_hi},
+                       "note": "issue acceptance: coupled <= 3e-2 and tanh MLP >= 0.3 at depth 24 "
+                               "(exploration: 1.0e-2 vs 0.65, 1000 steps); paper value is the "
+                               "exploration's, not the paper's own setting"})
+    rows = ["| arch | " + " | ".join(f"depth {d}" for d in cfg.depths) + " |",
+            "|---|" + "---|" * len(cfg.depths)]
+    for a in cfg.archs:
+        rows.append(f"| {a} | " + " | ".join(f"{err(a, d):.3g}" for d in cfg.depths) + " |")
+    drows = ["| arch | " + " | ".join(f"depth {d}" for d in cfg.deriv_depths) + " |",
+             "|---|" + "---|" * len(cfg.deriv_depths)]
+    for a in cfg.archs:
+        drows.append(f"| {a} | " + " | ".join(
+            f"{deriv[(a, d)][0]['grad']:.3g}" for d in cfg.deriv_depths) + " |")
+    data = {"depths": list(cfg.depths), "deriv_depths": list(cfg.deriv_depths),
+            "archs": list(cfg.archs),
+            "rel_l2": {a: [err(a, d) for d in cfg.depths] for a in cfg.archs},
+            "loss_curves": {f"{a}/depth{d}": sweep[(a, d)]["loss"] for a, d in sweep},
+            "deriv_norm_init": {a: [deriv[(a, d)][0]["grad"] for d in cfg.deriv_depths]
+                                for a in cfg.archs},
+            "layer_differentials": {f"{a}/depth{d}": deriv[(a, d)][1] for a, d in deriv
+                                    if deriv[(a, d)][1]},
+            "time_benchmark": timed}
+    return {"metrics": metrics, "claims": claims, "data": data,
+            "tables": ["Relative L2 (gradient-fitting task)\n\n" + "\n".join(rows),
+                       "RMS ||grad_x u|| at initialisation\n\n" + "\n".join(drows)]}
+
+
+def plot(result: dict[str, Any], out_dir) -> list[pathlib.Path]:
+    """Error vs depth, derivative norms at init vs depth, per-layer differentials."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    d = result["data"]
+    paths = []
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for a in d["archs"]:
+        axes[0].semilogy(d["depths"], d["rel_l2"][a], "o-", label=a)
+        axes[1].semilogy(d["deriv_depths"], d["deriv_norm_init"][a], "o-", label=a)
+        key = f"{a}/depth{max(d['deriv_depths'])}"
+        axes[2].semilogy(d["layer_differentials"][key], label=a)
+    axes[0].set(xlabel="depth", ylabel="relative L2", title="error vs depth")
+    axes[1].set(xlabel="depth", ylabel="RMS |grad_x u| at init", title="differentials at init")
+    axes[2].set(xlabel="layer", ylabel="RMS ||dh_l/dx||_F",
+                title=f"per-layer differentials (depth {max(d['deriv_depths'])})")
+    for ax in axes:
+        ax.legend()
+    fig.tight_layout()
+    p = out / "coupling_pinn.png"
+    fig.savefig(p, dpi=100)
+    plt.close(fig)
+    paths.append(p)
+    return paths
+
+
+def main() -> None:  # pragma: no cover - convenience entry point
+    from experiments.coupling_pinn import config
+
+    res = run(config.small(), jax.random.key(0))
+    for k, v in sorted(res["metrics"].items()):
+        print(f"{k}: {v:.4g}")
+    print(plot(res, "results/coupling_pinn"))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,198 @@
+"""RiskZero on GridRisk: risk-neutral vs CVaR search with the true model, and learning curves.
+
+``run(config, key) -> result`` (see jaxpapers.core.report); ``plot(result, out_dir)``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm import tqdm
+
+from jaxpapers.search import envs, planning, risk, risk_gumbel_muzero_policy, riskzero
+
+PATH_NAMES = {0: "D", 1: "R"}
+
+
+def _path_str(actions) -> str:
+    return "".join(PATH_NAMES[int(a)] for a in actions)
+
+
+def _plan(cfg, env, key, leaf_value: str, utility_name: str) -> dict:
+    model = planning.make_true_model(env, cfg.num_quantiles, leaf_value=leaf_value)
+    util = (risk.mean_utility if utility_name == "neutral"
+            else risk.make_utility("cvar", cfg.alpha))
+
+    def search_fn(k, root, inv):
+        return risk_gumbel_muzero_policy(model, k, root, planning.true_recurrent_fn,
+                                         cfg.plan_simulations, invalid_actions=inv,
+                                         utility_fn=util, num_samples=cfg.plan_samples,
+                                         gumbel_scale=0.0).action
+
+    out = jax.jit(lambda k: planning.evaluate_planner(
+        env, model, search_fn, k, num_episodes=cfg.plan_episodes, history=cfg.plan_history))(key)
+    r = np.asarray(out["returns"], np.float64)
+    acts = np.asarray(out["actions"]).T
+    paths, counts = np.unique(acts, axis=0, return_counts=True)
+    top = paths[int(np.argmax(counts))]
+    return {"mean": float(r.mean()), "cvar25": float(risk.cvar(jnp.asarray(r), cfg.alpha)),
+            "top_path": _path_str(top), "top_path_frac": float(counts.max() / len(r))}
+
+
+def run(config, key) -> dict:
+    """Planning with the true GridRisk model and learning of the three agents; see README."""
+    cfg = config
+    env = envs.grid_risk(max_steps=8)
+    k_plan, k_learn = jax.random.split(key)
+    exact = envs.exact_path_objectives(env, cfg.alpha)
+    dp = envs.exact_cvar_dp(env, cfg.alpha)
+    metrics = {
+        "exact/neutral/mean": exact["neutral"]["mean"], "exact/neutral/cvar25": exact["neutral"]["cvar"],
+        "exact/cvar/mean": exact["cvar_opt"]["mean"], "exact/cvar/cvar25": exact["cvar_opt"]["cvar"],
+        "exact/cvar_dp_history_dependent": dp,
+    }
+    plan_rows = []
+    jobs = [(lv, u) for lv in cfg.plan_leaf_values for u in ("neutral", "cvar")]
+    keys = jax.random.split(k_plan, len(jobs))
+    plan = {}
+    for (lv, u), k in tqdm(list(zip(jobs, keys)), desc="planning"):
+        res = _plan(cfg, env, k, lv, u)
+        plan[(lv, u)] = res
+        plan_rows.append(f"| {lv} | {u} | {res['mean']:.3f} | {res['cvar25']:.3f} | "
+                         f"{res['top_path']} ({100 * res['top_path_frac']:.0f}%) |")
+        if lv == cfg.plan_leaf_values[0]:
+            metrics[f"planning/{u}/mean"] = res["mean"]
+            metrics[f"planning/{u}/cvar25"] = res["cvar25"]
+        else:
+            metrics[f"planning_{lv}_leaf/{u}/mean"] = res["mean"]
+            metrics[f"planning_{lv}_leaf/{u}/cvar25"] = res["cvar25"]
+
+    curves = {}
+    for name in tqdm(cfg.learn_variants, desc="learning"):
+        acfg = riskzero.AgentConfig(
+            variant=name, risk_level=cfg.alpha, num_quantiles=cfg.num_quantiles,
+            num_samples=cfg.learn_samples, num_simulations=cfg.learn_simulations,
+            num_envs=cfg.learn_envs, updates_per_iter=cfg.learn_updates_per_iter,
+            batch_size=cfg.learn_batch_size, learning_rate=cfg.learning_rate)
+        fn = jax.jit(jax.vmap(lambda k: riskzero.train_agent(
+            acfg, env, k, num_evals=cfg.learn_evals, iters_per_eval=cfg.learn_iters_per_eval,
+            eval_episodes=cfg.learn_eval_episodes)))
+        t0 = time.perf_counter()
+        out = fn(jax.random.split(jax.random.fold_in(k_learn, len(curves)), cfg.learn_seeds))
+        mean, cv = np.asarray(out["mean"]), np.asarray(out["cvar"])  # [seeds, evals]
+        curves[name] = {"mean": mean.tolist(), "cvar25": cv.tolist(),
+                        "seconds": time.perf_counter() - t0}
+        metrics[f"learning/{name}/mean"] = float(mean[:, -1].mean())
+        metrics[f"learning/{name}/cvar25"] = float(cv[:, -1].mean())
+        metrics[f"learning/{name}/cvar25_seed_std"] = float(cv[:, -1].std())
+
+    n_o, c_o = exact["neutral"]["mean"], exact["cvar_opt"]["cvar"]
+    pn, pc = metrics["planning/neutral/mean"], metrics["planning/cvar/cvar25"]
+    claims = [
+        {"metric": "planning/neutral/mean", "ours": pn, "paper": ">= 0.95 x exact optimum (issue)",
+         "verdict": "reproduced" if pn >= 0.95 * n_o else "not reproduced",
+         "baselines": {"exact optimum": n_o, "CVaR search": metrics["planning/cvar/mean"]},
+         "note": f"ratio {pn / n_o:.3f}; optimal path {_path_str(exact['neutral']['path'])}"},
+        {"metric": "planning/cvar/cvar25", "ours": pc, "paper": ">= 0.85 x exact CVaR optimum (issue)",
+         "verdict": "reproduced" if pc >= 0.85 * c_o else "not reproduced",
+         "baselines": {"exact optimum": c_o, "neutral search": metrics["planning/neutral/cvar25"],
+                       "history-dependent DP": dp},
+         "note": (f"ratio {pc / c_o:.3f}; optimal path {_path_str(exact['cvar_opt']['path'])}. "
+                  "Utilities of partial paths are averaged up the tree; with uninformed leaf "
+                  "values (uniform rollout or zero) partial-path CVaRs are biased and CVaR is not "
+                  "additive, so 32 simulations do not find the diversified Y path")},
+    ]
+    if "riskzero" in curves and "muzero" in curves:
+        rz, mz = metrics["learning/riskzero/cvar25"], metrics["learning/muzero/cvar25"]
+        rz_s = np.asarray(curves["riskzero"]["cvar25"])[:, -1]
+        mz_s = np.asarray(curves["muzero"]["cvar25"])[:, -1]
+        # "clearly above": every RiskZero seed beats every MuZero seed
+        clear = bool(rz_s.min() > mz_s.max())
+        claims.append({
+            "metric": "learning/riskzero/cvar25", "ours": rz,
+            "paper": "consistently outperforms risk-sensitive baselines / risk-neutral MuZero",
+            "verdict": "reproduced" if clear else "not reproduced",
+            "baselines": {n: metrics[f"learning/{n}/cvar25"] for n in curves if n != "riskzero"},
+            "note": (f"gap to MuZero {rz - mz:+.2f} over {cfg.learn_seeds} seeds after "
+                     f"{cfg.learn_evals * cfg.learn_iters_per_eval} iterations; per seed RiskZero "
+                     f"{np.round(rz_s, 2).tolist()} vs MuZero {np.round(mz_s, 2).tolist()} "
+                     f"({cfg.learn_eval_episodes} greedy episodes each). Agents are far from "
+                     f"converged at this scale (MuZero mean "
+                     f"{metrics['learning/muzero/mean']:.1f} vs optimum 28)")})
+    header = "| leaf values | search utility | mean | CVaR_0.25 | most frequent path |"
+    tables = [
+        "### Exact optima (enumeration of all 70 paths; history-dependent CVaR DP)\n\n"
+        "| objective | path | mean | CVaR_0.25 |\n|---|---|---|---|\n"
+        f"| mean | {_path_str(exact['neutral']['path'])} | {n_o:.3f} | "
+        f"{exact['neutral']['cvar']:.3f} |\n"
+        f"| CVaR_0.25 | {_path_str(exact['cvar_opt']['path'])} | {exact['cvar_opt']['mean']:.3f} | "
+        f"{c_o:.3f} |\n| CVaR_0.25 (DP, history-dependent) | - | - | {dp:.3f} |",
+        "### Planning with the true model\n\n" + header + "\n|---|---|---|---|---|\n"
+        + "\n".join(plan_rows),
+    ]
+    if curves:
+        rows = [f"| {n} | {metrics[f'learning/{n}/mean']:.3f} | "
+                f"{metrics[f'learning/{n}/cvar25']:.3f} ± {metrics[f'learning/{n}/cvar25_seed_std']:.3f} "
+                f"| {c['seconds']:.0f} s |" for n, c in curves.items()]
+        tables.append("### Learning (final greedy evaluation, mean over seeds)\n\n"
+                      "| agent | mean | CVaR_0.25 (± seed std) | wall time |\n|---|---|---|---|\n"
+                      + "\n".join(rows))
+    data = {"curves": curves, "iters_per_eval": cfg.learn_iters_per_eval,
+            "planning": {f"{lv}/{u}": v for (lv, u), v in plan.items()},
+            "exact": {"neutral": exact["neutral"] | {"path": _path_str(exact["neutral"]["path"])},
+                      "cvar": exact["cvar_opt"] | {"path": _path_str(exact["cvar_opt"]["path"])}}}
+    return {"metrics": metrics, "claims": claims, "data": data, "tables": tables}
+
+
+def plot(result, out_dir) -> list[pathlib.Path]:
+    """Planning bars (mean / CVaR vs exact) and learning curves."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    m = result["metrics"]
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = ["neutral search", "CVaR search", "exact mean-opt", "exact CVaR-opt"]
+    means = [m["planning/neutral/mean"], m["planning/cvar/mean"], m["exact/neutral/mean"],
+             m["exact/cvar/mean"]]
+    cvars = [m["planning/neutral/cvar25"], m["planning/cvar/cvar25"], m["exact/neutral/cvar25"],
+             m["exact/cvar/cvar25"]]
+    x = np.arange(4)
+    ax.bar(x - 0.2, means, 0.4, label="mean")
+    ax.bar(x + 0.2, cvars, 0.4, label="CVaR_0.25")
+    ax.set_xticks(x, labels, rotation=15)
+    ax.axhline(0, color="k", lw=0.5)
+    ax.legend()
+    ax.set_title("GridRisk: planning with the true model")
+    fig.tight_layout()
+    p = out_dir / "planning.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+    curves = result.get("data", {}).get("curves", {})
+    if curves:
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+        step = result["data"]["iters_per_eval"]
+        for name, c in curves.items():
+            for ax, key in zip(axes, ("mean", "cvar25")):
+                arr = np.asarray(c[key], float)
+                it = step * (np.arange(arr.shape[1]) + 1)
+                ax.plot(it, arr.mean(0), label=name)
+                ax.fill_between(it, arr.min(0), arr.max(0), alpha=0.2)
+        for ax, key in zip(axes, ("mean return", "CVaR_0.25")):
+            ax.set_xlabel("iteration")
+            ax.set_ylabel(key)
+        axes[0].legend()
+        fig.tight_layout()
+        p = out_dir / "learning.png"
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        paths.append(p)
+    return paths

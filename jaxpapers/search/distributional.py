@@ -1,0 +1,286 @@
+"""Risk-sensitive tree search with distributional (quantile) rewards and values (RiskZero).
+
+Each edge of the tree stores the quantiles [Q] of its reward; each node the quantiles of its
+return-to-go. When simulation ``s`` expands the edge ``(p, a)`` into node ``j`` at depth ``d``, it draws
+``M`` samples of the whole-trajectory return
+
+    Z = H + gamma^t (R_1 + gamma R_2 + ... + gamma^(d-1) (R_d + gamma V_j)),
+
+with ``H`` the return accumulated before the root (its own quantile head), ``R_k`` independent
+samples of the edge rewards on the root-to-``j`` path and ``V_j`` samples of the new node's value
+(RiskZero, Yassin & Wen 2026, Sec. 4 "trajectory return" as read in the official code), and sets
+the node's value to the utility ``U(Z)`` (mean, CVaR_alpha, Wang, power). The backward pass is the
+plain running mean of these scalars (rewards are already inside ``Z``), so the tree reuses the
+scalar machinery with reward 0 and discount 1 on every edge.
+
+Sampling keys are stateless: the samples of simulation ``s``, example ``b`` and node ``j`` come from
+``fold_in(fold_in(fold_in(key, s), b), j)``, so a result does not depend on the batch it ran in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxpapers.core import pytree
+from jaxpapers.search import muzero as muzero_lib
+from jaxpapers.search import risk as risk_lib
+from jaxpapers.search import search as search_lib
+from jaxpapers.search import tree as tree_lib
+from jaxpapers.search._types import (PolicyOutput, RiskRecurrentFn, RiskRootFnOutput,
+                                     UtilityFn)
+from jaxpapers.search.tree import ROOT_INDEX, UNVISITED, Tree
+
+__all__ = ["RiskExtraData", "risk_search", "risk_gumbel_muzero_policy", "risk_muzero_policy",
+           "trajectory_return_samples"]
+
+_HISTORY_TAG = 2 ** 30  # fold-in tag of the history samples (node tags are 2 j and 2 j + 1)
+
+
+@pytree.dataclass
+class RiskExtraData:
+    """Distributional data kept in ``tree.extra_data``.
+
+    Attributes:
+      root_gumbel: [B, A] Gumbel draws (zeros for PUCT).
+      return_history: [B, Q] quantiles of the return before the root.
+      root_discount: [B] gamma^t of the root.
+      node_reward_quantiles: [B, N, Q] reward quantiles of the edge into each node (filled in the
+        returned tree; None while searching, when they travel outside the tree so that the
+        while loops of simulate/backward do not carry them).
+      node_discounts: [B, N] model discount of the edge into each node (same convention).
+    """
+
+    root_gumbel: jax.Array  # [B, A]
+    return_history: jax.Array  # [B, Q]
+    root_discount: jax.Array  # [B]
+    node_reward_quantiles: jax.Array | None = None  # [B, N, Q]
+    node_discounts: jax.Array | None = None  # [B, N]
+
+    def replace(self, **kw) -> RiskExtraData:
+        return dataclasses.replace(self, **kw)
+
+
+def _samples(key, tag, quantiles, num_samples, stratified):
+    return risk_lib.sample_quantiles(jax.random.fold_in(key, tag), quantiles, num_samples,
+                                     stratified=stratified, assume_sorted=True)
+
+
+def trajectory_return_samples(key: jax.Array, tree: Tree, node_reward_quantiles: jax.Array,
+                              node_discounts: jax.Array, parent: jax.Array,
+                              leaf_reward: jax.Array, leaf_discount: jax.Array,
+                              leaf_value: jax.Array, leaf_index: jax.Array, *, num_samples: int,
+                              stratified: bool, sample_history: bool = True) -> jax.Array:
+    """Samples [M] of the trajectory return through a new leaf (unbatched tree, Horner form).
+
+    Args:
+      key: this simulation's and example's key (only folded in, never split).
+      tree: unbatched tree whose ``extra_data`` is :class:`RiskExtraData`.
+      node_reward_quantiles: [N, Q] reward quantiles of the edge into each node.
+      node_discounts: [N] discount of the edge into each node.
+      parent: [] node the new edge leaves.
+      leaf_reward: [Q] reward quantiles of the new edge; leaf_discount: [] its discount.
+      leaf_value: [Q] value quantiles of the new node; leaf_index: [] its slot.
+      num_samples: M. stratified: see :func:`risk.sample_quantiles`.
+      sample_history: add samples of the return before the root (else 0).
+    """
+    ex = tree.extra_data
+    g = (_samples(key, 2 * leaf_index, leaf_reward, num_samples, stratified)
+         + leaf_discount * _samples(key, 2 * leaf_index + 1, leaf_value, num_samples, stratified))
+
+    def body(c):
+        g, idx = c
+        r = _samples(key, 2 * idx, node_reward_quantiles[idx], num_samples, stratified)
+        return r + node_discounts[idx] * g, tree.parents[idx]
+
+    g, _ = jax.lax.while_loop(lambda c: c[1] != ROOT_INDEX, body, (g, parent))
+    hist = _samples(key, _HISTORY_TAG, ex.return_history, num_samples, stratified)
+    return jnp.where(sample_history, hist, 0.0) + ex.root_discount * g
+
+
+def risk_search(params: Any, key: jax.Array, *, root: RiskRootFnOutput,
+                recurrent_fn: RiskRecurrentFn, root_action_selection_fn,
+                interior_action_selection_fn, num_simulations: int, utility_fn: UtilityFn,
+                num_samples: int = 256, stratified: bool = False, sample_history: bool = True,
+                max_depth: int | None = None, invalid_actions: jax.Array | None = None,
+                root_gumbel: jax.Array | None = None, loop_fn=jax.lax.fori_loop) -> Tree:
+    """Distributional search with utility backups (RiskZero; Sec. 4, "risk-sensitive search").
+
+    Args:
+      params: forwarded to ``recurrent_fn``.
+      key: consumed.
+      root: :class:`RiskRootFnOutput` (``value`` and ``return_history`` [B, Q]).
+      recurrent_fn: ``(params, key, action [B], emb) -> (RiskRecurrentFnOutput, emb)``.
+      root_action_selection_fn, interior_action_selection_fn: as in :func:`search.search`.
+      num_simulations: simulations (>= 1).
+      utility_fn: ``samples [M] -> scalar`` (see :mod:`jaxpapers.search.risk`).
+      num_samples: return samples M per expansion.
+      stratified: stratified tau grid instead of uniform draws.
+      sample_history: include the return-history samples.
+      max_depth, invalid_actions, loop_fn: as in :func:`search.search`.
+      root_gumbel: [B, A] Gumbel draws for Gumbel root selection.
+
+    Returns:
+      The batched :class:`Tree`; ``node_values`` hold mean utilities, ``extra_data`` the quantiles.
+    """
+    search_lib.validate_search_inputs(root.prior_logits, root.value, num_simulations,
+                                      invalid_actions, max_depth, value_ndim=2)
+    if root.return_history.shape != root.value.shape:
+        raise ValueError(f"root.return_history must have the shape of root.value "
+                         f"{root.value.shape}, got {root.return_history.shape}")
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+    batch, num_actions = root.prior_logits.shape
+    nq = root.value.shape[1]
+    b = jnp.arange(batch)
+    max_depth = num_simulations if max_depth is None else max_depth
+    if invalid_actions is None:
+        invalid_actions = jnp.zeros_like(root.prior_logits)
+    if root_gumbel is None:
+        root_gumbel = jnp.zeros_like(root.prior_logits)
+    root = root.replace(value=jnp.sort(root.value, -1),
+                        return_history=jnp.sort(root.return_history, -1))
+    dt = root.value.dtype
+    n = num_simulations + 1
+    extra = RiskExtraData(root_gumbel=root_gumbel, return_history=root.return_history,
+                          root_discount=jnp.broadcast_to(root.root_discount, (batch,)).astype(dt))
+    key, root_key, sample_key = jax.random.split(key, 3)
+    rk = jax.vmap(lambda i: jax.random.fold_in(root_key, i))(b)
+    root_val = jax.vmap(lambda k, v, h, d: utility_fn(
+        jnp.where(sample_history, _samples(k, _HISTORY_TAG, h, num_samples, stratified), 0.0)
+        + d * _samples(k, 1, v, num_samples, stratified)))(
+        rk, root.value, root.return_history, extra.root_discount)
+    tree = tree_lib.instantiate_tree(root.prior_logits, root_val, root.embedding,
+                                     num_simulations=num_simulations,
+                                     invalid_actions=invalid_actions, extra_data=extra)
+    tree = tree.replace(children_discounts=jnp.ones_like(tree.children_discounts))
+
+    def body(sim, carry):
+        k, t, nrq, nd = carry
+        k, sim_key, expand_key = jax.random.split(k, 3)
+        parent, action = search_lib.simulate(jax.random.split(sim_key, batch), t,
+                                             root_action_selection_fn,
+                                             interior_action_selection_fn, max_depth)
+        nxt = t.children_index[b, parent, action]
+        nxt = jnp.where(nxt == UNVISITED, sim + 1, nxt)
+        emb = jax.tree.map(lambda x: x[b, parent], t.embeddings)
+        out, emb = recurrent_fn(params, expand_key, action, emb)
+        search_lib._check_recurrent_output(out, batch, num_actions, value_shape=(batch, nq),
+                                           reward_shape=(batch, nq))
+        out = out.replace(reward=jnp.sort(out.reward, -1), value=jnp.sort(out.value, -1))
+        nrq = nrq.at[b, nxt].set(out.reward)
+        nd = nd.at[b, nxt].set(out.discount)
+        t = t.replace(
+            children_index=t.children_index.at[b, parent, action].set(nxt),
+            parents=t.parents.at[b, nxt].set(parent),
+            action_from_parent=t.action_from_parent.at[b, nxt].set(action))
+        sk = jax.random.fold_in(sample_key, sim)
+        keys = jax.vmap(lambda i: jax.random.fold_in(sk, i))(b)
+        z = jax.vmap(functools.partial(trajectory_return_samples, num_samples=num_samples,
+                                       stratified=stratified, sample_history=sample_history))(
+            keys, t, nrq, nd, parent, out.reward, out.discount, out.value, nxt)  # [B, M]
+        value = jax.vmap(utility_fn)(z)
+        t = tree_lib.set_node(t, nxt, out.prior_logits, value, emb)
+        return k, search_lib.backward(t, nxt), nrq, nd
+
+    nrq = jnp.zeros((batch, n, nq), dt)
+    nd = jnp.zeros((batch, n), dt)
+    _, tree, nrq, nd = loop_fn(0, num_simulations, body, (key, tree, nrq, nd))
+    return tree.replace(extra_data=tree.extra_data.replace(node_reward_quantiles=nrq,
+                                                           node_discounts=nd))
+
+
+def risk_gumbel_muzero_policy(params: Any, rng_key: jax.Array, root: RiskRootFnOutput,
+                              recurrent_fn: RiskRecurrentFn, num_simulations: int,
+                              invalid_actions: jax.Array | None = None,
+                              max_depth: int | None = None, loop_fn=jax.lax.fori_loop, *,
+                              utility_fn: UtilityFn = risk_lib.mean_utility,
+                              num_samples: int = 256, stratified: bool = False,
+                              sample_history: bool = True,
+                              qtransform=tree_lib.qtransform_completed_by_mix_value,
+                              max_num_considered_actions: int = 16,
+                              gumbel_scale: float = 1.0) -> PolicyOutput:
+    """RiskZero's policy: Gumbel MuZero root selection over utility-valued trees.
+
+    Arguments as :func:`jaxpapers.search.gumbel_muzero_policy` plus those of :func:`risk_search`.
+    ``action_weights = softmax(logits + sigma(q~_U))`` [B, A] with utility Q-values.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxpapers.search import risk
+    >>> safe, risky = jnp.full((1, 8), 1.0), jnp.where(jnp.arange(8) < 1, -10.0, 5.0)[None]
+    >>> def rec(params, key, action, emb):  # 0: reward 1; 1: -10 w.p. ~1/8, else 5
+    ...     r = jnp.where(action[:, None] == 0, safe, risky)
+    ...     return RiskRecurrentFnOutput(reward=r, discount=jnp.zeros(1),
+    ...         prior_logits=jnp.zeros((1, 2)), value=jnp.zeros((1, 8))), emb
+    >>> root = RiskRootFnOutput(prior_logits=jnp.zeros((1, 2)), value=jnp.zeros((1, 8)),
+    ...     embedding=jnp.zeros((1, 1)), return_history=jnp.zeros((1, 8)), root_discount=jnp.ones(1))
+    >>> pick = lambda u: int(risk_gumbel_muzero_policy(None, jax.random.key(0), root, rec, 8,
+    ...     utility_fn=u, gumbel_scale=0.0).action[0])
+    >>> pick(risk.mean_utility), pick(risk.make_utility("cvar", 0.25))
+    (1, 0)
+    """
+    muzero_lib.search_lib.validate_search_inputs(root.prior_logits, root.value[:, 0],
+                                                 num_simulations, invalid_actions, max_depth)
+    root = root.replace(prior_logits=muzero_lib.mask_invalid_actions(root.prior_logits,
+                                                                     invalid_actions))
+    rng_key, gumbel_key = jax.random.split(rng_key)
+    gumbel = gumbel_scale * jax.random.gumbel(gumbel_key, root.prior_logits.shape,
+                                              root.prior_logits.dtype)
+    tree = risk_search(
+        params, rng_key, root=root, recurrent_fn=recurrent_fn,
+        root_action_selection_fn=functools.partial(
+            search_lib.gumbel_muzero_root_action_selection, num_simulations=num_simulations,
+            max_num_considered_actions=max_num_considered_actions, qtransform=qtransform),
+        interior_action_selection_fn=functools.partial(
+            search_lib.gumbel_muzero_interior_action_selection, qtransform=qtransform),
+        num_simulations=num_simulations, utility_fn=utility_fn, num_samples=num_samples,
+        stratified=stratified, sample_history=sample_history, max_depth=max_depth,
+        invalid_actions=invalid_actions, root_gumbel=gumbel, loop_fn=loop_fn)
+    return muzero_lib.gumbel_policy_output(tree, root.prior_logits, gumbel, invalid_actions,
+                                           qtransform)
+
+
+def risk_muzero_policy(params: Any, rng_key: jax.Array, root: RiskRootFnOutput,
+                       recurrent_fn: RiskRecurrentFn, num_simulations: int,
+                       invalid_actions: jax.Array | None = None, max_depth: int | None = None,
+                       loop_fn=jax.lax.fori_loop, *, utility_fn: UtilityFn = risk_lib.mean_utility,
+                       num_samples: int = 256, stratified: bool = False,
+                       sample_history: bool = True,
+                       qtransform=tree_lib.qtransform_by_parent_and_siblings,
+                       dirichlet_fraction: float = 0.25, dirichlet_alpha: float = 0.3,
+                       pb_c_init: float = 1.25, pb_c_base: float = 19652.0,
+                       temperature: float = 1.0) -> PolicyOutput:
+    """PUCT (MuZero) selection over utility-valued trees; acts by visit counts.
+
+    Arguments as :func:`jaxpapers.search.muzero_policy` plus those of :func:`risk_search`.
+    """
+    muzero_lib.search_lib.validate_search_inputs(root.prior_logits, root.value[:, 0],
+                                                 num_simulations, invalid_actions, max_depth)
+    rng_key, dirichlet_key, search_key = jax.random.split(rng_key, 3)
+    probs = jax.nn.softmax(root.prior_logits)
+    batch, num_actions = probs.shape
+    noise = jax.random.dirichlet(dirichlet_key, jnp.full([num_actions], dirichlet_alpha),
+                                 shape=(batch,))
+    noisy = (1 - dirichlet_fraction) * probs + dirichlet_fraction * noise
+    logits = jnp.log(jnp.maximum(noisy, jnp.finfo(noisy.dtype).tiny))
+    root = root.replace(prior_logits=muzero_lib.mask_invalid_actions(logits, invalid_actions))
+    interior = functools.partial(search_lib.muzero_action_selection, pb_c_init=pb_c_init,
+                                 pb_c_base=pb_c_base, qtransform=qtransform)
+    tree = risk_search(params, search_key, root=root, recurrent_fn=recurrent_fn,
+                       root_action_selection_fn=functools.partial(interior, depth=0),
+                       interior_action_selection_fn=interior, num_simulations=num_simulations,
+                       utility_fn=utility_fn, num_samples=num_samples, stratified=stratified,
+                       sample_history=sample_history, max_depth=max_depth,
+                       invalid_actions=invalid_actions, loop_fn=loop_fn)
+    weights = tree.summary().visit_probs
+    lg = jnp.log(jnp.maximum(weights, jnp.finfo(weights.dtype).tiny))
+    lg = (lg - jnp.max(lg, -1, keepdims=True)) / jnp.maximum(jnp.finfo(lg.dtype).tiny, temperature)
+    return PolicyOutput(action=jax.random.categorical(rng_key, lg), action_weights=weights,
+                        search_tree=tree)
+
+
+from jaxpapers.search._types import RiskRecurrentFnOutput  # noqa: E402,F401  (doctest namespace)

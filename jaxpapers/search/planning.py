@@ -1,0 +1,136 @@
+"""Planning with a known model: the true distributional model of a :class:`TabularEnv` as a
+``recurrent_fn``, and batched evaluation episodes (``lax.scan`` over steps, envs vmapped).
+
+At every step the root's return history is the realised return so far (a point mass: with a known
+model nothing about the past is uncertain), so the search optimises the utility of the *whole*
+episode return, the objective RiskZero targets.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxpapers.search import envs as envs_lib
+from jaxpapers.search._types import RiskRecurrentFnOutput, RiskRootFnOutput
+
+__all__ = ["TrueModel", "make_true_model", "true_recurrent_fn", "true_root",
+           "evaluate_planner", "empirical_cvar"]
+
+from jaxpapers.core import pytree
+
+
+@pytree.dataclass
+class TrueModel:
+    """Known model tables (S states, A actions, Q quantiles).
+
+    Attributes:
+      next_state: [S, A] int32; reward_q: [S, A, Q] reward quantiles; value_q: [S, Q] leaf value
+      quantiles; terminal: [S] bool; stay: [S, A] bool (move that stays in place).
+    """
+
+    next_state: jax.Array  # [S, A]
+    reward_q: jax.Array  # [S, A, Q]
+    value_q: jax.Array  # [S, Q]
+    terminal: jax.Array  # [S]
+    stay: jax.Array  # [S, A]
+
+
+def make_true_model(env: envs_lib.TabularEnv, num_quantiles: int, *,
+                    leaf_value: str = "rollout") -> TrueModel:
+    """True reward quantiles; leaf values from exact uniform-rollout returns or zeros."""
+    if leaf_value not in ("rollout", "zero"):
+        raise ValueError(f"leaf_value must be 'rollout' or 'zero', got {leaf_value!r}")
+    vq = (envs_lib.rollout_value_quantiles(env, num_quantiles) if leaf_value == "rollout"
+          else jnp.zeros((env.num_states, num_quantiles)))
+    stay = env.next_state == jnp.arange(env.num_states)[:, None]
+    return TrueModel(next_state=env.next_state, reward_q=envs_lib.reward_quantiles(
+        env, num_quantiles), value_q=vq, terminal=env.terminal, stay=stay)
+
+
+def true_recurrent_fn(model: TrueModel, key: jax.Array, action: jax.Array,
+                      s: jax.Array) -> tuple[RiskRecurrentFnOutput, jax.Array]:
+    """``recurrent_fn`` of the known model; the embedding is the state index [B]."""
+    del key
+    s2 = model.next_state[s, action]
+    done = model.terminal[s] | model.terminal[s2]
+    was_done = model.terminal[s]
+    reward = jnp.where(was_done[:, None], 0.0, model.reward_q[s, action])
+    value = jnp.where(done[:, None], 0.0, model.value_q[s2])
+    logits = jnp.where(model.stay[s2], -1e9, 0.0)
+    out = RiskRecurrentFnOutput(reward=reward, discount=jnp.where(done, 0.0, 1.0),
+                                prior_logits=logits, value=value)
+    return out, s2
+
+
+def true_root(model: TrueModel, s: jax.Array, history_q: jax.Array) -> RiskRootFnOutput:
+    """Root of the known model at states ``s`` [B] with return-history quantiles [B, Q]."""
+    return RiskRootFnOutput(prior_logits=jnp.where(model.stay[s], -1e9, 0.0),
+                            value=model.value_q[s], embedding=s, return_history=history_q,
+                            root_discount=jnp.ones(s.shape, history_q.dtype))
+
+
+def empirical_cvar(returns: jax.Array, alpha: float) -> jax.Array:
+    """CVaR_alpha of equally weighted returns [E] (mean of the worst alpha fraction)."""
+    from jaxpapers.search.risk import cvar
+    return cvar(returns, alpha)
+
+
+def _quantiles_of_samples(x: jax.Array, num_quantiles: int) -> jax.Array:
+    """[Q] empirical quantiles at the midpoints of samples [M]."""
+    m = x.shape[-1]
+    idx = jnp.floor((2 * jnp.arange(num_quantiles) + 1) * m / (2 * num_quantiles)).astype(int)
+    return jnp.sort(x, -1)[..., jnp.minimum(idx, m - 1)]
+
+
+def evaluate_planner(env: envs_lib.TabularEnv, model: TrueModel,
+                     search_fn: Callable[[jax.Array, RiskRootFnOutput, jax.Array], jax.Array],
+                     key: jax.Array, *, num_episodes: int, history: str = "path",
+                     num_history_samples: int = 1024) -> dict[str, jax.Array]:
+    """Run ``num_episodes`` episodes in parallel, planning every step with the known model.
+
+    Args:
+      env: the environment; model: its :class:`TrueModel`.
+      search_fn: ``(key, root, invalid_actions [E, A]) -> actions [E]``.
+      key: consumed.
+      num_episodes: E.
+      history: the root's return history. ``"path"``: the distribution of the return accumulated so
+        far *given the path* (independent samples of the reward distributions along it), what
+        RiskZero's history head estimates from observations; the planner then scores whole
+        trajectories from the episode's start and is time-consistent on deterministic-transition
+        MDPs. ``"realized"``: a point mass at the realised return; CVaR being translation
+        equivariant, the search then ignores the past (a Markov "CVaR of the future" policy).
+      num_history_samples: samples kept per episode for ``"path"``.
+
+    Returns:
+      ``{"returns": [E], "actions": [T, E]}``.
+    """
+    if history not in ("path", "realized"):
+        raise ValueError(f"history must be 'path' or 'realized', got {history!r}")
+    nq = model.value_q.shape[-1]
+    state = jax.vmap(lambda _: envs_lib.reset(env))(jnp.arange(num_episodes))
+    hist = jnp.zeros((num_episodes, num_history_samples))
+
+    def body(carry, k):
+        st, hist = carry
+        k_pol, k_env, k_hist = jax.random.split(k, 3)
+        if history == "path":
+            hq = jax.vmap(lambda h: _quantiles_of_samples(h, nq))(hist)
+        else:
+            hq = jnp.broadcast_to(st.ret[:, None], (num_episodes, nq))
+        root = true_root(model, st.s, hq)
+        a = search_fn(k_pol, root, model.stay[st.s].astype(jnp.float32))
+        st2, _ = jax.vmap(functools.partial(envs_lib.step, env))(
+            st, a, jax.random.split(k_env, num_episodes))
+        from jaxpapers.search.risk import sample_quantiles
+        add = jax.vmap(lambda kk, q: sample_quantiles(kk, q, num_history_samples, stratified=True))(
+            jax.random.split(k_hist, num_episodes), model.reward_q[st.s, a])
+        hist = hist + jnp.where(st.done[:, None], 0.0, add)
+        return (st2, hist), a
+
+    (final, _), acts = jax.lax.scan(body, (state, hist), jax.random.split(key, env.max_steps))
+    return {"returns": final.ret, "actions": acts}

@@ -1,0 +1,95 @@
+"""Risk utilities, quantile sampling and the quantile-Huber loss against float64 references."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from jaxpapers.search import risk
+
+
+def _ref_distortion(z, g):
+    z = np.sort(np.asarray(z, np.float64))
+    u = np.arange(len(z) + 1) / len(z)
+    return float(np.sum(np.diff(g(u)) * z))
+
+
+def test_utilities_float64(key, x64):
+    z = jax.random.normal(key, (203,), jnp.float64) * 3 + 1
+    zn = np.asarray(z)
+    for alpha in (0.05, 0.25, 0.5, 1.0):
+        ref = _ref_distortion(zn, lambda u: np.minimum(u / alpha, 1.0))
+        np.testing.assert_allclose(float(risk.cvar(z, alpha)), ref, rtol=1e-12)
+        np.testing.assert_allclose(float(jax.jit(risk.cvar)(z, alpha)), ref, rtol=1e-12)
+    # alpha M integer: exactly the mean of the lowest alpha M samples
+    z8 = jnp.arange(8.0)
+    assert float(risk.cvar(z8, 0.25)) == 0.5
+    np.testing.assert_allclose(float(risk.cvar(z, 1.0)), zn.mean(), rtol=1e-12)
+    np.testing.assert_allclose(float(risk.mean_utility(z)), zn.mean(), rtol=1e-12)
+    eta = 0.7
+    np.testing.assert_allclose(float(risk.wang(z, eta)),
+                               _ref_distortion(zn, lambda u: norm.cdf(norm.ppf(u) + eta)),
+                               rtol=1e-9)
+    np.testing.assert_allclose(float(risk.power(z, eta)),
+                               _ref_distortion(zn, lambda u: 1 - (1 - u) ** (1 + eta)),
+                               rtol=1e-12)
+    # risk aversion ordering: CVaR <= Wang(eta > 0) ... <= mean
+    assert float(risk.cvar(z, 0.25)) < float(risk.wang(z, eta)) < float(risk.mean_utility(z))
+
+
+def test_exact_cvar_discrete():
+    # three independent Y cells (+10 w.p. .75) and 8 steps of -1: CVaR_0.25 = 82 / 16
+    vals = -8 + 10 * np.arange(4)
+    probs = np.array([1, 9, 27, 27]) / 64
+    assert risk.exact_cvar_discrete(vals, probs, 0.25) == pytest.approx(5.125, abs=1e-12)
+
+
+def test_sampling_matches_quantile_function(key):
+    q = jnp.array([-10.0, -10.0, 0.0, 1.0, 2.0, 3.0, 4.0, 40.0])
+    for stratified in (False, True):
+        x = risk.sample_quantiles(key, q, 200_000, stratified=stratified)
+        # mean of the piecewise-linear quantile function, by quadrature
+        tau = (np.arange(8) + 0.5) / 8
+        u = (np.arange(1_000_000) + 0.5) / 1_000_000
+        ref = np.interp(u, tau, np.asarray(q)).mean()
+        tol = 1e-3 if stratified else 5 * np.std(np.interp(u, tau, q)) / np.sqrt(200_000)
+        assert abs(float(x.mean()) - ref) < tol
+    point = risk.sample_quantiles(key, jnp.full((8,), 3.0), 64)
+    assert np.all(np.asarray(point) == 3.0)
+    u = np.asarray(risk.hashed_uniform(key, 100_000))
+    assert u.min() > 0 and u.max() < 1
+    # uniformity: Kolmogorov-Smirnov distance below the 99.9% critical value 1.95 / sqrt(n)
+    ks = np.max(np.abs(np.sort(u) - (np.arange(1, u.size + 1) / u.size)))
+    assert ks < 1.95 / np.sqrt(u.size)
+
+
+def test_quantile_huber_loss_reference_and_minimiser(key, x64):
+    pred = jax.random.normal(key, (5,), jnp.float64)
+    target = jax.random.normal(jax.random.fold_in(key, 1), (7,), jnp.float64) * 2
+    tau = (2 * np.arange(5) + 1) / 10
+    d = np.asarray(target)[None, :] - np.asarray(pred)[:, None]
+    hub = np.where(np.abs(d) <= 1, 0.5 * d ** 2, np.abs(d) - 0.5)
+    ref = np.sum(np.mean(np.abs(tau[:, None] - (d < 0)) * hub, axis=1))
+    np.testing.assert_allclose(float(risk.quantile_huber_loss(pred, target)), ref, rtol=1e-12)
+    # gradient descent on the loss recovers the empirical quantiles of a sample
+    samples = jax.random.normal(jax.random.fold_in(key, 2), (4000,), jnp.float64)
+    p = jnp.zeros(4, jnp.float64)
+    g = jax.jit(jax.grad(lambda p: risk.quantile_huber_loss(p, samples, kappa=0.01)))
+    for _ in range(3000):
+        p = p - 0.05 * g(p)
+    want = np.quantile(np.asarray(samples), (2 * np.arange(4) + 1) / 8)
+    np.testing.assert_allclose(np.asarray(p), want, atol=0.03)
+
+
+def test_bad_levels():
+    z = jnp.arange(4.0)
+    for alpha in (0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="alpha"):
+            risk.cvar(z, alpha)
+        with pytest.raises(ValueError, match="alpha"):
+            risk.make_utility("cvar", alpha)
+    with pytest.raises(ValueError, match="utility"):
+        risk.make_utility("entropic", 1.0)
+    with pytest.raises(ValueError, match="eta"):
+        risk.power(z, -2.0)

@@ -48,6 +48,14 @@ def small() -> Config:
     return Config()
 
 
+def depth_sweep() -> Config:
+    """The issue's full small sweep: ``small()`` at depths 4, 8, 16, 24, 32 (same width 32,
+    1000 steps, batch 64, same key, so the depth-4/24 cells equal ``small()``'s), without the
+    time-dependent benchmark. ~2.5x ``small()``'s sweep time (about 10 min on 2 shared cores),
+    hence a separate config rather than ``small()``."""
+    return Config(depths=(4, 8, 16, 24, 32), time_archs=())
+
+
 def full() -> Config:
     """Paper-scale (GPU): the release's Sec. 5.1 settings (W 128, Fourier features scale 4,
     batch 1024, 50k Adam steps cosine to 1%) on w = 30, depths 4-32."""

@@ -98,3 +98,22 @@ def test_bad_input():
         pinn.make_network("transformer", depth=2, width=8)
     with pytest.raises(ValueError, match="only apply"):
         pinn.make_network("mlp", depth=2, width=8, affine=False)
+    with pytest.raises(ValueError, match="unroll"):
+        pinn.make_network("mlp", depth=2, width=8, unroll=0)
+
+
+@pytest.mark.parametrize("arch", ["mlp", "coupled"])
+def test_unrolled_scan_is_the_same_network(x64, key, arch):
+    """``unroll`` changes only how the depth loop is compiled: same parameters, same values
+    and same Laplacian (the bench's speed-up is not bought with a different function)."""
+    k_net, k_x = jax.random.split(key)
+    scanned = pinn.make_network(arch, depth=5, width=8, weight_fact=(0.5, 0.1))
+    unrolled = pinn.make_network(arch, depth=5, width=8, weight_fact=(0.5, 0.1), unroll=5)
+    params = scanned.init(k_net, jnp.zeros(2))
+    assert (jax.tree.map(jnp.shape, unrolled.init(k_net, jnp.zeros(2)))
+            == jax.tree.map(jnp.shape, params))
+    x = jax.random.normal(k_x, (4, 2))
+    lap = lambda n: pinn.laplacian(lambda z: n.apply(params, z), x)
+    np.testing.assert_allclose(lap(unrolled), lap(scanned), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(jax.vmap(lambda z: unrolled.apply(params, z))(x),
+                               jax.vmap(lambda z: scanned.apply(params, z))(x), rtol=1e-12)

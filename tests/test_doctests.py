@@ -5,8 +5,16 @@ import importlib
 
 import pytest
 
-MODULES = ["jaxpapers.core.train", "jaxpapers.linear_nets.theory", "jaxpapers.quant.quantize",
-           "pallas_kernels.quantized_matmul.ops"]
+MODULES = [
+    "jaxpapers.core.train",
+    "jaxpapers.linear_nets.theory",
+    "jaxpapers.quant.quantize",
+    "pallas_kernels.quantized_matmul.ops",
+    *(f"jaxpapers.conformal.{m}" for m in ("split", "rsacp", "scores", "references", "sklearn")),
+    *(f"jaxpapers.pinn.{m}" for m in ("operators", "networks", "problems", "solvers",
+                                      "diagnostics", "training")),
+    *(f"jaxpapers.search.{m}" for m in ("muzero", "distributional", "risk")),
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

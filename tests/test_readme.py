@@ -23,3 +23,14 @@ def test_ci_runs_the_readme_test_command():
     assert block
     for line in block.group(1).splitlines():
         assert line.strip() in readme, f"CI line not in README: {line}"
+
+
+def test_readme_python_example_runs():
+    import subprocess
+    import sys
+
+    code = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    code += "\nassert loss.shape == (101,) and 0.0 <= float(best) <= 1.0\n"
+    # a subprocess: the example enables x64 globally, which must not leak into other tests
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]

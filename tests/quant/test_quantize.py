@@ -67,7 +67,7 @@ def test_size_ratio_w4_g128():
     assert q.scales.dtype == jnp.bfloat16
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), bits=st.sampled_from([4, 8]),
        symmetric=st.booleans(), log_scale=st.floats(-20, 20),
        group=st.sampled_from([2, 8, 16, None]))

@@ -1,11 +1,13 @@
 """The RiskZero experiment on its tiny config: CVaR search trades mean for a better lower tail."""
 
 import jax
+import pytest
 
 from experiments.riskzero import config, run
 from jaxpapers.core.report import validate_result
 
 
+@pytest.mark.slow  # ~50 s cold on 2 cores (three learners compile); run with -m slow
 def test_tiny_run_direction(tmp_path):
     res = run.run(config.tiny(), jax.random.key(0))
     validate_result(res)

@@ -70,7 +70,8 @@ def _cmd_list(args) -> int:
         return 0
     from jaxpapers.core.report import console_table
 
-    rows = [(p.id, p.status.value, p.capability, p.title) for p in papers]
+    short = lambda t: t if len(t) <= 64 else t[:61] + "..."  # full titles: --json / --markdown
+    rows = [(p.id, p.status.value, p.capability, short(p.title)) for p in papers]
     print(console_table(rows, ("id", "status", "module", "title")))
     done = sum(p.status is registry.Status.IMPLEMENTED for p in papers)
     wip = sum(p.status is registry.Status.IN_PROGRESS for p in papers)

@@ -186,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("jaxpapers: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `jaxpapers list | head`: the reader left; stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

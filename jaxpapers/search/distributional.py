@@ -225,18 +225,10 @@ def risk_gumbel_muzero_policy(params: Any, rng_key: jax.Array, root: RiskRootFnO
     """
     muzero_lib.search_lib.validate_search_inputs(root.prior_logits, root.value[:, 0],
                                                  num_simulations, invalid_actions, max_depth)
-    root = root.replace(prior_logits=muzero_lib.mask_invalid_actions(root.prior_logits,
-                                                                     invalid_actions))
-    rng_key, gumbel_key = jax.random.split(rng_key)
-    gumbel = gumbel_scale * jax.random.gumbel(gumbel_key, root.prior_logits.shape,
-                                              root.prior_logits.dtype)
+    root, rng_key, gumbel = muzero_lib.gumbel_root(rng_key, root, gumbel_scale, invalid_actions)
     tree = risk_search(
         params, rng_key, root=root, recurrent_fn=recurrent_fn,
-        root_action_selection_fn=functools.partial(
-            search_lib.gumbel_muzero_root_action_selection, num_simulations=num_simulations,
-            max_num_considered_actions=max_num_considered_actions, qtransform=qtransform),
-        interior_action_selection_fn=functools.partial(
-            search_lib.gumbel_muzero_interior_action_selection, qtransform=qtransform),
+        **muzero_lib.gumbel_selection_fns(num_simulations, max_num_considered_actions, qtransform),
         num_simulations=num_simulations, utility_fn=utility_fn, num_samples=num_samples,
         stratified=stratified, sample_history=sample_history, max_depth=max_depth,
         invalid_actions=invalid_actions, root_gumbel=gumbel, loop_fn=loop_fn)

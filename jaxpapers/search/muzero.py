@@ -109,6 +109,29 @@ def muzero_policy(params: Any, rng_key: jax.Array, root: RootFnOutput, recurrent
     return PolicyOutput(action=action, action_weights=weights, search_tree=tree)
 
 
+def gumbel_root(rng_key, root, gumbel_scale, invalid_actions):
+    """Mask invalid root actions and draw the root Gumbel noise (Gumbel MuZero, Alg. 2).
+
+    Returns ``(root, rng_key, gumbel)`` with ``gumbel`` [B, A] scaled by ``gumbel_scale`` and the
+    unused part of the key for the search.
+    """
+    root = root.replace(prior_logits=mask_invalid_actions(root.prior_logits, invalid_actions))
+    rng_key, gumbel_key = jax.random.split(rng_key)
+    gumbel = gumbel_scale * jax.random.gumbel(gumbel_key, root.prior_logits.shape,
+                                              root.prior_logits.dtype)
+    return root, rng_key, gumbel
+
+
+def gumbel_selection_fns(num_simulations, max_num_considered_actions, qtransform):
+    """Root (sequential halving) and interior (deterministic) selection of Gumbel MuZero."""
+    return dict(
+        root_action_selection_fn=functools.partial(
+            search_lib.gumbel_muzero_root_action_selection, num_simulations=num_simulations,
+            max_num_considered_actions=max_num_considered_actions, qtransform=qtransform),
+        interior_action_selection_fn=functools.partial(
+            search_lib.gumbel_muzero_interior_action_selection, qtransform=qtransform))
+
+
 def gumbel_muzero_policy(params: Any, rng_key: jax.Array, root: RootFnOutput,
                          recurrent_fn: RecurrentFn, num_simulations: int,
                          invalid_actions: jax.Array | None = None, max_depth: int | None = None,
@@ -135,17 +158,10 @@ def gumbel_muzero_policy(params: Any, rng_key: jax.Array, root: RootFnOutput,
     """
     search_lib.validate_search_inputs(root.prior_logits, root.value, num_simulations,
                                       invalid_actions, max_depth)
-    root = root.replace(prior_logits=mask_invalid_actions(root.prior_logits, invalid_actions))
-    rng_key, gumbel_key = jax.random.split(rng_key)
-    gumbel = gumbel_scale * jax.random.gumbel(gumbel_key, root.prior_logits.shape,
-                                              root.prior_logits.dtype)
+    root, rng_key, gumbel = gumbel_root(rng_key, root, gumbel_scale, invalid_actions)
     tree = search_lib.search(
         params, rng_key, root=root, recurrent_fn=recurrent_fn,
-        root_action_selection_fn=functools.partial(
-            search_lib.gumbel_muzero_root_action_selection, num_simulations=num_simulations,
-            max_num_considered_actions=max_num_considered_actions, qtransform=qtransform),
-        interior_action_selection_fn=functools.partial(
-            search_lib.gumbel_muzero_interior_action_selection, qtransform=qtransform),
+        **gumbel_selection_fns(num_simulations, max_num_considered_actions, qtransform),
         num_simulations=num_simulations, max_depth=max_depth, invalid_actions=invalid_actions,
         extra_data=GumbelExtraData(root_gumbel=gumbel), loop_fn=loop_fn)
     return gumbel_policy_output(tree, root.prior_logits, gumbel, invalid_actions, qtransform)

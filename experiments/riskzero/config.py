@@ -18,7 +18,10 @@ class Config:
     plan_episodes: int = 512
     plan_simulations: int = 32
     plan_samples: int = 256
-    plan_leaf_values: tuple = ("rollout", "zero")  # the first one is reported under planning/*
+    # the first one is reported under planning/*: "greedy" = return-to-go of the objective's best
+    # continuation path (a value head at its fixed point); "rollout" = uniform random policy;
+    # "zero" = no leaf evaluation
+    plan_leaf_values: tuple = ("greedy", "rollout", "zero")
     plan_history: str = "path"
     learn_variants: tuple = ("riskzero", "risk_alphazero", "muzero")
     learn_seeds: int = 3
@@ -50,7 +53,7 @@ def full() -> Config:
 
 def tiny() -> Config:
     """For the test: planning only matters; learning is a smoke run."""
-    return Config(plan_episodes=128, plan_samples=128, plan_leaf_values=("rollout",), learn_variants=("muzero",),
+    return Config(plan_episodes=128, plan_samples=128, plan_leaf_values=("greedy",), learn_variants=("muzero",),
                   learn_seeds=2, learn_simulations=4, learn_samples=16, learn_envs=4,
                   learn_evals=1, learn_iters_per_eval=2, learn_eval_episodes=16,
                   learn_updates_per_iter=2, learn_batch_size=16)

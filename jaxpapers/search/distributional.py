@@ -13,8 +13,15 @@ the node's value to the utility ``U(Z)`` (mean, CVaR_alpha, Wang, power). The ba
 plain running mean of these scalars (rewards are already inside ``Z``), so the tree reuses the
 scalar machinery with reward 0 and discount 1 on every edge.
 
-Sampling keys are stateless: the samples of simulation ``s``, example ``b`` and node ``j`` come from
-``fold_in(fold_in(fold_in(key, s), b), j)``, so a result does not depend on the batch it ran in.
+Prefix samples are cached per node: node ``j`` keeps the M samples of ``H + gamma^t (R_1 + ... +
+gamma^(d-1) R_d)`` drawn when it was expanded, so an expansion costs O(M) instead of O(depth M) and
+every trajectory through ``j`` shares those draws (common random numbers: siblings are compared on
+the same prefix noise). Each expansion's ``Z`` is still an exact sample of the trajectory return.
+The official code redraws the prefix every simulation; both estimate the same utility.
+
+Sampling keys are stateless: the samples of example ``b`` for node ``j`` come from
+``fold_in(fold_in(fold_in(key, s), b), j)`` with ``s`` the simulation that expanded ``j``, so a result
+does not depend on the batch it ran in.
 """
 
 from __future__ import annotations
@@ -35,8 +42,7 @@ from jaxpapers.search._types import (PolicyOutput, RiskRecurrentFn, RiskRootFnOu
                                      UtilityFn)
 from jaxpapers.search.tree import ROOT_INDEX, UNVISITED, Tree
 
-__all__ = ["RiskExtraData", "risk_search", "risk_gumbel_muzero_policy", "risk_muzero_policy",
-           "trajectory_return_samples"]
+__all__ = ["RiskExtraData", "risk_search", "risk_gumbel_muzero_policy", "risk_muzero_policy"]
 
 _HISTORY_TAG = 2 ** 30  # fold-in tag of the history samples (node tags are 2 j and 2 j + 1)
 
@@ -68,38 +74,6 @@ class RiskExtraData:
 def _samples(key, tag, quantiles, num_samples, stratified):
     return risk_lib.sample_quantiles(jax.random.fold_in(key, tag), quantiles, num_samples,
                                      stratified=stratified, assume_sorted=True)
-
-
-def trajectory_return_samples(key: jax.Array, tree: Tree, node_reward_quantiles: jax.Array,
-                              node_discounts: jax.Array, parent: jax.Array,
-                              leaf_reward: jax.Array, leaf_discount: jax.Array,
-                              leaf_value: jax.Array, leaf_index: jax.Array, *, num_samples: int,
-                              stratified: bool, sample_history: bool = True) -> jax.Array:
-    """Samples [M] of the trajectory return through a new leaf (unbatched tree, Horner form).
-
-    Args:
-      key: this simulation's and example's key (only folded in, never split).
-      tree: unbatched tree whose ``extra_data`` is :class:`RiskExtraData`.
-      node_reward_quantiles: [N, Q] reward quantiles of the edge into each node.
-      node_discounts: [N] discount of the edge into each node.
-      parent: [] node the new edge leaves.
-      leaf_reward: [Q] reward quantiles of the new edge; leaf_discount: [] its discount.
-      leaf_value: [Q] value quantiles of the new node; leaf_index: [] its slot.
-      num_samples: M. stratified: see :func:`risk.sample_quantiles`.
-      sample_history: add samples of the return before the root (else 0).
-    """
-    ex = tree.extra_data
-    g = (_samples(key, 2 * leaf_index, leaf_reward, num_samples, stratified)
-         + leaf_discount * _samples(key, 2 * leaf_index + 1, leaf_value, num_samples, stratified))
-
-    def body(c):
-        g, idx = c
-        r = _samples(key, 2 * idx, node_reward_quantiles[idx], num_samples, stratified)
-        return r + node_discounts[idx] * g, tree.parents[idx]
-
-    g, _ = jax.lax.while_loop(lambda c: c[1] != ROOT_INDEX, body, (g, parent))
-    hist = _samples(key, _HISTORY_TAG, ex.return_history, num_samples, stratified)
-    return jnp.where(sample_history, hist, 0.0) + ex.root_discount * g
 
 
 def risk_search(params: Any, key: jax.Array, *, root: RiskRootFnOutput,
@@ -150,17 +124,19 @@ def risk_search(params: Any, key: jax.Array, *, root: RiskRootFnOutput,
                           root_discount=jnp.broadcast_to(root.root_discount, (batch,)).astype(dt))
     key, root_key, sample_key = jax.random.split(key, 3)
     rk = jax.vmap(lambda i: jax.random.fold_in(root_key, i))(b)
-    root_val = jax.vmap(lambda k, v, h, d: utility_fn(
-        jnp.where(sample_history, _samples(k, _HISTORY_TAG, h, num_samples, stratified), 0.0)
-        + d * _samples(k, 1, v, num_samples, stratified)))(
-        rk, root.value, root.return_history, extra.root_discount)
+    hist = jax.vmap(lambda k, h: jnp.where(
+        sample_history, _samples(k, _HISTORY_TAG, h, num_samples, stratified), 0.0))(
+        rk, root.return_history)  # [B, M]
+    root_val = jax.vmap(lambda k, v, h, d: utility_fn(h + d * _samples(k, 1, v, num_samples,
+                                                                          stratified)))(
+        rk, root.value, hist, extra.root_discount)
     tree = tree_lib.instantiate_tree(root.prior_logits, root_val, root.embedding,
                                      num_simulations=num_simulations,
                                      invalid_actions=invalid_actions, extra_data=extra)
     tree = tree.replace(children_discounts=jnp.ones_like(tree.children_discounts))
 
     def body(sim, carry):
-        k, t, nrq, nd = carry
+        k, t, nrq, nd, prefix, pdisc = carry
         k, sim_key, expand_key = jax.random.split(k, 3)
         parent, action = search_lib.simulate(jax.random.split(sim_key, batch), t,
                                              root_action_selection_fn,
@@ -172,24 +148,35 @@ def risk_search(params: Any, key: jax.Array, *, root: RiskRootFnOutput,
         search_lib._check_recurrent_output(out, batch, num_actions, value_shape=(batch, nq),
                                            reward_shape=(batch, nq))
         out = out.replace(reward=jnp.sort(out.reward, -1), value=jnp.sort(out.value, -1))
-        nrq = nrq.at[b, nxt].set(out.reward)
-        nd = nd.at[b, nxt].set(out.discount)
         t = t.replace(
             children_index=t.children_index.at[b, parent, action].set(nxt),
             parents=t.parents.at[b, nxt].set(parent),
             action_from_parent=t.action_from_parent.at[b, nxt].set(action))
         sk = jax.random.fold_in(sample_key, sim)
         keys = jax.vmap(lambda i: jax.random.fold_in(sk, i))(b)
-        z = jax.vmap(functools.partial(trajectory_return_samples, num_samples=num_samples,
-                                       stratified=stratified, sample_history=sample_history))(
-            keys, t, nrq, nd, parent, out.reward, out.discount, out.value, nxt)  # [B, M]
+
+        def draw(k, rq, vq, j):
+            return (_samples(k, 2 * j, rq, num_samples, stratified),
+                    _samples(k, 2 * j + 1, vq, num_samples, stratified))
+
+        r_s, v_s = jax.vmap(draw)(keys, out.reward, out.value, nxt)  # [B, M] each
+        p_pre, p_disc = prefix[b, parent], pdisc[b, parent]  # [B, M], [B]
+        # Z = H + gamma^t (R_1 + ... + gamma^(d-1) (R_d + gamma V)), prefix terms cached
+        z = p_pre + p_disc[:, None] * (r_s + out.discount[:, None] * v_s)
         value = jax.vmap(utility_fn)(z)
+        prefix = prefix.at[b, nxt].set(p_pre + p_disc[:, None] * r_s)
+        pdisc = pdisc.at[b, nxt].set(p_disc * out.discount)
+        nrq = nrq.at[b, nxt].set(out.reward)
+        nd = nd.at[b, nxt].set(out.discount)
         t = tree_lib.set_node(t, nxt, out.prior_logits, value, emb)
-        return k, search_lib.backward(t, nxt), nrq, nd
+        return k, search_lib.backward(t, nxt), nrq, nd, prefix, pdisc
 
     nrq = jnp.zeros((batch, n, nq), dt)
     nd = jnp.zeros((batch, n), dt)
-    _, tree, nrq, nd = loop_fn(0, num_simulations, body, (key, tree, nrq, nd))
+    prefix = jnp.zeros((batch, n, num_samples), dt).at[:, ROOT_INDEX].set(hist)
+    pdisc = jnp.zeros((batch, n), dt).at[:, ROOT_INDEX].set(extra.root_discount)
+    _, tree, nrq, nd, _, _ = loop_fn(0, num_simulations, body,
+                                     (key, tree, nrq, nd, prefix, pdisc))
     return tree.replace(extra_data=tree.extra_data.replace(node_reward_quantiles=nrq,
                                                            node_discounts=nd))
 

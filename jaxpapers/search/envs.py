@@ -40,7 +40,7 @@ from jaxpapers.core import pytree
 from jaxpapers.search.risk import exact_cvar_discrete, quantile_midpoints
 
 __all__ = ["TabularEnv", "EnvState", "grid_risk", "cliff_corridor", "reset", "step", "observe",
-           "reward_quantiles", "rollout_value_quantiles", "exact_path_objectives", "exact_cvar_dp", "GRID_RISK_LAYOUT"]
+           "reward_quantiles", "rollout_value_quantiles", "greedy_value_quantiles", "exact_path_objectives", "exact_cvar_dp", "GRID_RISK_LAYOUT"]
 
 GRID_RISK_LAYOUT = ("NNROO", "NBNRO", "YNBNR", "OYNBN", "OOYNG")
 
@@ -212,6 +212,46 @@ def rollout_value_quantiles(env: TabularEnv, num_quantiles: int) -> jax.Array:
     return jnp.asarray(table, jnp.float32)
 
 
+def greedy_value_quantiles(env: TabularEnv, num_quantiles: int, *, objective: str = "mean",
+                           alpha: float = 1.0) -> jax.Array:
+    """[S, Q] quantiles of the return-to-go of the best continuation *path* from each state.
+
+    For every state the continuation (a move sequence to a terminal state) maximising the objective
+    of its own return-to-go is found by enumeration, and its return distribution is tabulated:
+    what a value head trained to convergence under a Markov objective-greedy policy represents
+    (for ``objective="mean"`` the exact optimal value distribution of the risk-neutral MDP).
+    Float64 enumeration; 0 at terminals; meant for small deterministic-transition envs.
+
+    Args:
+      env: the environment. num_quantiles: Q (midpoint levels).
+      objective: ``"mean"`` or ``"cvar"`` (CVaR_alpha of the return-to-go).
+      alpha: CVaR level in (0, 1] (ignored for ``"mean"``).
+    """
+    if objective not in ("mean", "cvar"):
+        raise ValueError(f"objective must be 'mean' or 'cvar', got {objective!r}")
+    if not 0.0 < alpha <= 1.0:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+    ns, _, _, term, _ = _tables(env)
+    tau = np.asarray(quantile_midpoints(num_quantiles), np.float64)
+    table = np.zeros((env.num_states, num_quantiles))
+    for s in range(env.num_states):
+        if term[s]:
+            continue
+        best, best_dist = -np.inf, None
+        for path in _enumerate_paths(env, s):
+            if not path:
+                continue
+            z, pr = _path_distribution(env, path, s)
+            score = float(np.sum(z * pr)) if objective == "mean" else exact_cvar_discrete(z, pr, alpha)
+            if score > best + 1e-12:
+                best, best_dist = score, (z, pr)
+        if best_dist is None:  # no move leads anywhere: a dead end
+            continue
+        z, pr = best_dist
+        table[s] = z[np.minimum(np.searchsorted(np.cumsum(pr), tau - 1e-12), len(z) - 1)]
+    return jnp.asarray(table, jnp.float32)
+
+
 # ----------------------------------------------------------------- exact solutions (numpy, float64)
 
 def _tables(env: TabularEnv):
@@ -221,9 +261,11 @@ def _tables(env: TabularEnv):
             int(env.start))
 
 
-def _enumerate_paths(env: TabularEnv):
-    """All action sequences from the start to a terminal state that never stay in place."""
-    ns, _, _, term, start = _tables(env)
+def _enumerate_paths(env: TabularEnv, start: int | None = None):
+    """All action sequences from ``start`` (default: the env's) to a terminal state that never
+    stay in place."""
+    ns, _, _, term, s0 = _tables(env)
+    start = s0 if start is None else start
     out = []
 
     def dfs(s, acts):
@@ -238,10 +280,11 @@ def _enumerate_paths(env: TabularEnv):
     return out
 
 
-def _path_distribution(env: TabularEnv, actions) -> tuple[np.ndarray, np.ndarray]:
-    ns, vals, probs, _, start = _tables(env)
+def _path_distribution(env: TabularEnv, actions,
+                       start: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    ns, vals, probs, _, s0 = _tables(env)
     dist = {0.0: 1.0}
-    s = start
+    s = s0 if start is None else start
     for a in actions:
         new: dict[float, float] = {}
         for z, pz in dist.items():

@@ -41,12 +41,27 @@ class TrueModel:
 
 
 def make_true_model(env: envs_lib.TabularEnv, num_quantiles: int, *,
-                    leaf_value: str = "rollout") -> TrueModel:
-    """True reward quantiles; leaf values from exact uniform-rollout returns or zeros."""
-    if leaf_value not in ("rollout", "zero"):
-        raise ValueError(f"leaf_value must be 'rollout' or 'zero', got {leaf_value!r}")
-    vq = (envs_lib.rollout_value_quantiles(env, num_quantiles) if leaf_value == "rollout"
-          else jnp.zeros((env.num_states, num_quantiles)))
+                    leaf_value: str = "rollout", objective: str = "mean",
+                    alpha: float = 1.0) -> TrueModel:
+    """True reward quantiles and a table of leaf-value quantiles.
+
+    Args:
+      env: the environment. num_quantiles: Q.
+      leaf_value: ``"rollout"``: exact return-to-go of the uniform random policy (the classic MCTS
+        rollout); ``"zero"``: no leaf evaluation; ``"greedy"``: return-to-go of the best
+        continuation path for ``objective`` from each state
+        (:func:`envs.greedy_value_quantiles`), what a value head trained to its fixed point under an
+        objective-greedy policy represents.
+      objective, alpha: the objective of ``"greedy"`` (``"mean"`` or ``"cvar"`` at level alpha).
+    """
+    if leaf_value not in ("rollout", "zero", "greedy"):
+        raise ValueError(f"leaf_value must be 'rollout', 'zero' or 'greedy', got {leaf_value!r}")
+    if leaf_value == "rollout":
+        vq = envs_lib.rollout_value_quantiles(env, num_quantiles)
+    elif leaf_value == "greedy":
+        vq = envs_lib.greedy_value_quantiles(env, num_quantiles, objective=objective, alpha=alpha)
+    else:
+        vq = jnp.zeros((env.num_states, num_quantiles))
     stay = env.next_state == jnp.arange(env.num_states)[:, None]
     return TrueModel(next_state=env.next_state, reward_q=envs_lib.reward_quantiles(
         env, num_quantiles), value_q=vq, terminal=env.terminal, stay=stay)

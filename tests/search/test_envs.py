@@ -62,3 +62,28 @@ def test_true_model_quantiles():
     assert float(jnp.abs(model.value_q[24]).max()) == 0.0  # goal
     with pytest.raises(ValueError, match="leaf_value"):
         planning.make_true_model(env, 8, leaf_value="oracle")
+
+
+def test_greedy_value_quantiles_match_the_exact_optima():
+    env = envs.grid_risk(max_steps=8)
+    q = 64
+    tau = np.asarray((2 * np.arange(q) + 1) / (2 * q))
+    # from the start the best continuation is the best path: its return quantiles
+    for obj, alpha, path in (("mean", 1.0, (1, 1, 0, 1, 0, 1, 0, 0)),
+                             ("cvar", 0.25, (0, 0, 1, 0, 1, 0, 1, 1))):
+        vq = np.asarray(envs.greedy_value_quantiles(env, q, objective=obj, alpha=alpha))
+        z, pr = envs._path_distribution(env, path)
+        want = z[np.searchsorted(np.cumsum(pr), tau - 1e-12)]
+        np.testing.assert_array_equal(vq[int(env.start)], want)
+        assert float(np.abs(vq[24]).max()) == 0.0  # goal
+    # mean-greedy values are the risk-neutral optimal values: E V(start) = 28
+    vq = np.asarray(envs.greedy_value_quantiles(env, 1000, objective="mean"))
+    assert vq[int(env.start)].mean() == pytest.approx(28.0, abs=0.05)
+    # one step before the goal from (4, 3) there is a single continuation (right, -1)
+    np.testing.assert_array_equal(vq[23], -1.0)
+    with pytest.raises(ValueError, match="objective"):
+        envs.greedy_value_quantiles(env, 8, objective="median")
+    with pytest.raises(ValueError, match="alpha"):
+        envs.greedy_value_quantiles(env, 8, objective="cvar", alpha=0.0)
+    model = planning.make_true_model(env, 8, leaf_value="greedy", objective="cvar", alpha=0.25)
+    assert model.value_q.shape == (env.num_states, 8)

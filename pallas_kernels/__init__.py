@@ -13,6 +13,7 @@ __all__ = ["benchmarks", "run_benchmark"]
 
 # kernel name -> module with ``main() -> int``.
 _BENCHMARKS: dict[str, str] = {
+    "binary_hash_attention": "pallas_kernels.binary_hash_attention.bench",
     "quantized_matmul": "pallas_kernels.quantized_matmul.bench",
 }
 

@@ -10,6 +10,8 @@ MODULES = [
     "jaxpapers.linear_nets.theory",
     "jaxpapers.quant.quantize",
     "pallas_kernels.quantized_matmul.ops",
+    "pallas_kernels.binary_hash_attention.ops",
+    "pallas_kernels.binary_hash_attention.reference",
     *(f"jaxpapers.conformal.{m}" for m in ("split", "rsacp", "scores", "references", "sklearn")),
     *(f"jaxpapers.pinn.{m}" for m in ("operators", "networks", "problems", "solvers",
                                       "diagnostics", "training")),

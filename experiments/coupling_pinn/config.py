@@ -17,6 +17,7 @@ class Config:
     fourier_scale: Fourier-feature std (release: 4 for w = 30), or None.
     eval_n: evaluation grid eval_n x eval_n for the relative L2 error.
     deriv_depths / deriv_width / deriv_points: input-derivative norms at initialisation.
+    spectra_points: points at which the block-Jacobian spectra of the deepest nets are averaged.
     time_problem / time_archs / time_depth / time_steps / time_batch / causal_tol: the
       time-dependent benchmark (causal weighting with tolerance ``causal_tol``).
     """
@@ -34,6 +35,7 @@ class Config:
     deriv_depths: tuple[int, ...] = (4, 8, 16, 24, 32)
     deriv_width: int = 32
     deriv_points: int = 256
+    spectra_points: int = 8
     time_problem: str = "burgers"
     time_archs: tuple[str, ...] = ("mlp", "coupled")
     time_depth: int = 4

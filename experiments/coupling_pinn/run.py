@@ -34,11 +34,20 @@ def _deriv_norms(cfg, key):
             net = _net(cfg, arch, depth, cfg.deriv_width)
             params = jax.jit(net.init)(jax.random.fold_in(key, depth), jnp.zeros(2))
             norms = jax.jit(lambda p, x: pinn.input_derivative_norms(net, p, x))(params, pts)
-            layers = []
+            layers, spectra = [], None
             if depth == max(cfg.deriv_depths):  # per-layer picture for the deepest net only
                 layers = np.asarray(jax.jit(lambda p, x: pinn.hidden_differential_norms(
                     net, p, x))(params, pts[:16])).tolist()
-            out[(arch, depth)] = ({k: float(v) for k, v in norms.items()}, layers)
+                # singular values of every block Jacobian dh_l/dh_{l-1}, at spectra_points points
+                sv = np.asarray(jax.jit(jax.vmap(
+                    lambda x, p=params, net=net: pinn.block_jacobian_singular_values(net, p, x)))(
+                    pts[:cfg.spectra_points]))  # [P, depth, W]
+                spectra = {"sigma_max": sv[:, :, 0].mean(0).tolist(),
+                           "sigma_min": sv[:, :, -1].mean(0).tolist(),
+                           "log10_prod_sigma_max": float(np.log10(sv[:, :, 0]).sum(1).mean()),
+                           "log10_prod_sigma_min": float(np.log10(
+                               np.maximum(sv[:, :, -1], 1e-300)).sum(1).mean())}
+            out[(arch, depth)] = ({k: float(v) for k, v in norms.items()}, layers, spectra)
     return out
 
 
@@ -80,9 +89,13 @@ def run(config, key: jax.Array) -> dict[str, Any]:
     k_deriv, k_sweep, k_time = jax.random.split(key, 3)
     metrics: dict[str, float] = {}
     deriv = _deriv_norms(cfg, k_deriv)
-    for (arch, depth), (norms, _) in deriv.items():
+    for (arch, depth), (norms, _, spec) in deriv.items():
         metrics[f"deriv_norm_init/{arch}/depth{depth}"] = norms["grad"]
         metrics[f"lap_norm_init/{arch}/depth{depth}"] = norms["laplacian"]
+        if spec is not None:
+            metrics[f"jac_sigma_max_mean/{arch}/depth{depth}"] = float(np.mean(spec["sigma_max"]))
+            metrics[f"jac_sigma_min_mean/{arch}/depth{depth}"] = float(np.mean(spec["sigma_min"]))
+            metrics[f"jac_log10_prod_sigma_max/{arch}/depth{depth}"] = spec["log10_prod_sigma_max"]
     sweep = _sweep(cfg, k_sweep)
     for (arch, depth), r in sweep.items():
         metrics[f"rel_l2/{arch}/depth{depth}"] = r["rel_l2"]
@@ -145,10 +158,24 @@ def run(config, key: jax.Array) -> dict[str, Any]:
                                 for a in cfg.archs},
             "layer_differentials": {f"{a}/depth{d}": deriv[(a, d)][1] for a, d in deriv
                                     if deriv[(a, d)][1]},
+            "jacobian_spectra": {f"{a}/depth{d}": deriv[(a, d)][2] for a, d in deriv
+                                 if deriv[(a, d)][2] is not None},
             "time_benchmark": timed}
+    dmax = max(cfg.deriv_depths)
+    srows = ["| arch | mean sigma_max | max sigma_max | mean sigma_min | min sigma_min | "
+             "log10 prod sigma_max | log10 prod sigma_min |", "|---|---|---|---|---|---|---|"]
+    for a in cfg.archs:
+        sp = deriv[(a, dmax)][2]
+        srows.append(f"| {a} | {np.mean(sp['sigma_max']):.3g} | {np.max(sp['sigma_max']):.3g} | "
+                     f"{np.mean(sp['sigma_min']):.3g} | {np.min(sp['sigma_min']):.3g} | "
+                     f"{sp['log10_prod_sigma_max']:.2f} | {sp['log10_prod_sigma_min']:.2f} |")
     return {"metrics": metrics, "claims": claims, "data": data,
             "tables": ["Relative L2 (gradient-fitting task)\n\n" + "\n".join(rows),
-                       "RMS ||grad_x u|| at initialisation\n\n" + "\n".join(drows)]}
+                       "RMS ||grad_x u|| at initialisation\n\n" + "\n".join(drows),
+                       f"Block-Jacobian spectra dh_l/dh_(l-1) at initialisation (depth {dmax}, "
+                       f"width {cfg.deriv_width}; singular values averaged over "
+                       f"{cfg.spectra_points} points; per block, then over blocks)\n\n"
+                       + "\n".join(srows)]}
 
 
 def plot(result: dict[str, Any], out_dir) -> list[pathlib.Path]:
@@ -162,7 +189,7 @@ def plot(result: dict[str, Any], out_dir) -> list[pathlib.Path]:
     out.mkdir(parents=True, exist_ok=True)
     d = result["data"]
     paths = []
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
     for a in d["archs"]:
         axes[0].semilogy(d["depths"], d["rel_l2"][a], "o-", label=a)
         axes[1].semilogy(d["deriv_depths"], d["deriv_norm_init"][a], "o-", label=a)
@@ -172,6 +199,13 @@ def plot(result: dict[str, Any], out_dir) -> list[pathlib.Path]:
     axes[1].set(xlabel="depth", ylabel="RMS |grad_x u| at init", title="differentials at init")
     axes[2].set(xlabel="layer", ylabel="RMS ||dh_l/dx||_F",
                 title=f"per-layer differentials (depth {max(d['deriv_depths'])})")
+    for i, a in enumerate(d["archs"]):
+        sp = d.get("jacobian_spectra", {}).get(f"{a}/depth{max(d['deriv_depths'])}")
+        if sp:
+            line, = axes[3].semilogy(sp["sigma_max"], label=f"{a} max")
+            axes[3].semilogy(sp["sigma_min"], "--", color=line.get_color(), label=f"{a} min")
+    axes[3].set(xlabel="block", ylabel="singular value of dh_l/dh_(l-1)",
+                title="block-Jacobian spectra at init")
     for ax in axes:
         ax.legend()
     fig.tight_layout()

@@ -368,13 +368,16 @@ class CoupledNet(_Base):
         return h, None
 
 
+# make_network(unroll=None) unrolls nets of at most this many blocks fully
+AUTO_UNROLL_MAX_DEPTH = 8
+
 _CLASSES = {"mlp": MLP, "resnet": ResNet, "modified_mlp": ModifiedMLP, "pirate": PirateNet,
             "coupled": CoupledNet}
 
 
 def make_network(arch: str, *, depth: int, width: int,
                  weight_fact: tuple[float, float] | None = None,
-                 fourier_scale: float | None = None, unroll: int = 1,
+                 fourier_scale: float | None = None, unroll: int | None = None,
                  **kwargs: Any) -> _Base:
     """Build a network by name.
 
@@ -389,7 +392,9 @@ def make_network(arch: str, *, depth: int, width: int,
       unroll: blocks per iteration of the ``nn.scan`` over depth (>= 1; ``depth`` or more
         unrolls fully). Same function and parameters; unrolling trades compile time (grows with
         depth) for speed: on CPU the fully unrolled 4 x 64 MLP's Poisson step is ~2-3x faster
-        than the scanned one (``experiments/coupling_pinn/bench.py``).
+        than the scanned one (``experiments/coupling_pinn/bench.py``). ``None`` (default):
+        :data:`AUTO_UNROLL_MAX_DEPTH` or fewer blocks unroll fully, deeper nets are scanned one
+        block per iteration (compile time then does not grow with depth).
       **kwargs: extra attributes of :class:`CoupledNet` (``affine``, ``permute``,
         ``zero_init_shift``).
 
@@ -408,8 +413,10 @@ def make_network(arch: str, *, depth: int, width: int,
                          f"got {width}")
     if fourier_scale is not None and width % 2:
         raise ValueError(f"width must be even with Fourier features (cos and sin halves), got {width}")
+    if unroll is None:
+        unroll = depth if depth <= AUTO_UNROLL_MAX_DEPTH else 1
     if not isinstance(unroll, int) or isinstance(unroll, bool) or unroll < 1:
-        raise ValueError(f"unroll must be an int >= 1, got {unroll!r}")
+        raise ValueError(f"unroll must be an int >= 1 or None, got {unroll!r}")
     if kwargs and arch != "coupled":
         raise ValueError(f"keywords {sorted(kwargs)} only apply to arch='coupled'")
     return _CLASSES[arch](depth=depth, width=width, weight_fact=weight_fact,

@@ -16,6 +16,7 @@ MODULES = [
     *(f"jaxpapers.pinn.{m}" for m in ("operators", "networks", "problems", "solvers",
                                       "diagnostics", "training")),
     *(f"jaxpapers.search.{m}" for m in ("muzero", "distributional", "risk")),
+    *(f"jaxpapers.lm.{m}" for m in ("model", "evaluate", "training")),
 ]
 
 

@@ -1,0 +1,362 @@
+"""Training the byte-level LM on the standard library's source, presets, and a checkpoint cache.
+
+:func:`train` runs :func:`jaxpapers.core.train.fit` (jitted ``lax.scan`` chunks, progress bar)
+on random windows of the training files. :func:`load_or_train` trains once and caches the result
+as an orbax checkpoint in a folder named by a hash of the configurations and the key; later calls
+load it. The folder is written under a temporary name and renamed when complete, and its stored
+configurations and parameter shapes are checked before loading.
+
+>>> import jax
+>>> cfg, tcfg = tiny()
+>>> cfg.n_layers, tcfg.seq_len <= cfg.max_len
+(2, True)
+>>> params = init_like(cfg)                   # shapes only, e.g. for a restore target
+>>> params["layers"]["wq"].shape
+(2, 32, 32)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import pathlib
+import shutil
+import tempfile
+import time
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxpapers.lm import model
+from jaxpapers.lm._types import LMConfig, TrainConfig
+from jaxpapers.lm.evaluate import _bits, unigram_bits_per_byte
+
+__all__ = ["Preset", "tiny", "small", "corpus_tokens", "make_optimizer", "loss_fn", "train",
+           "heldout_windows", "heldout_bits_per_byte", "load_or_train", "checkpoint_dir",
+           "checkpoint_info", "init_like", "DEFAULT_CACHE_DIR"]
+
+DEFAULT_CACHE_DIR = pathlib.Path("~/.cache/jaxpapers/lm")
+_FORMAT = 1  # bump when the parameter layout or the training recipe changes
+
+
+class Preset(NamedTuple):
+    """A model shape and its training recipe: ``load_or_train(*preset, key=...)``."""
+
+    config: LMConfig
+    train_config: TrainConfig
+
+
+def tiny() -> Preset:
+    """A 2-layer GQA model that trains in seconds on 2 CPU cores (for unit tests); max_len 128.
+
+    Trained 120 steps on 16 x 64-byte windows of the first 60 stdlib files.
+    """
+    return Preset(LMConfig(d_model=32, n_layers=2, n_q_heads=2, n_kv_heads=1, head_dim=16,
+                           d_ff=64, max_len=128),
+                  TrainConfig(seq_len=64, batch_size=16, num_steps=120, learning_rate=1e-2,
+                              warmup_steps=10, max_files=60, chunk_size=60))
+
+
+def small() -> Preset:
+    """A 4-layer GQA model (Hq=4, Hk=2, D=64), max_len 2048, for contexts of 1-2K bytes.
+
+    Trained 250 steps on 16 x 256-byte windows, then 50 steps on 4 x 1024-byte windows (about
+    1.2M bytes); used by the sparse-attention experiments.
+    """
+    return Preset(LMConfig(d_model=128, n_layers=4, n_q_heads=4, n_kv_heads=2, head_dim=64,
+                           d_ff=384, max_len=2048, rope_base=10_000.0),
+                  TrainConfig(seq_len=256, batch_size=16, num_steps=250, learning_rate=3e-3,
+                              warmup_steps=30, chunk_size=25, extra_stages=((1024, 4, 50),)))
+
+
+def init_like(config: LMConfig) -> Any:
+    """The parameter pytree's shapes and dtypes (``jax.ShapeDtypeStruct`` leaves), no compute."""
+    model._check_config(config)
+    return jax.eval_shape(functools.partial(model.init, config), jax.random.key(0))
+
+
+@functools.lru_cache(maxsize=4)
+def _corpus(max_files: int | None, heldout_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    from jaxpapers.core import data
+
+    corpus = data.stdlib_corpus(heldout_fraction=heldout_fraction, max_files=max_files)
+    return data.encode_bytes(corpus.train_text), data.encode_bytes(corpus.heldout_text)
+
+
+def corpus_tokens(train_config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Training and held-out bytes of the stdlib corpus (split by file), as uint8 arrays."""
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
+    train_tokens, heldout = _corpus(train_config.max_files, train_config.heldout_fraction)
+    return train_tokens.copy(), heldout.copy()
+
+
+def make_optimizer(train_config: TrainConfig) -> optax.GradientTransformation:
+    """AdamW with linear warm-up and cosine decay to 10%; decay on weight matrices only."""
+    tc = train_config
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, tc.learning_rate, max(tc.warmup_steps, 1), max(tc.total_steps, tc.warmup_steps + 1),
+        end_value=0.1 * tc.learning_rate)
+
+    def decay_mask(params):
+        def is_matrix(path, _):
+            return getattr(path[-1], "key", None) in model._MATRICES + ("unembed",)
+        return jax.tree_util.tree_map_with_path(is_matrix, params)
+
+    return optax.chain(optax.clip_by_global_norm(tc.grad_clip),
+                       optax.adamw(schedule, b2=0.98, weight_decay=tc.weight_decay,
+                                   mask=decay_mask))
+
+
+def loss_fn(params: dict, batch: tuple[jax.Array, jax.Array], key: jax.Array, *,
+            config: LMConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Mean next-byte cross-entropy in nats; ``aux["bpb"]`` is the same in bits.
+
+    Args:
+      params: from :func:`jaxpapers.lm.init`.
+      batch: ``(inputs [B, L], targets [B, L])`` int32.
+      key: unused (deterministic model); part of the training-loop signature.
+      config: the model shape.
+    """
+    del key
+    inputs, targets = batch
+    logits = model._forward_impl(params, inputs, config)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+    return nll, {"bpb": nll / math.log(2.0)}
+
+
+def _check_pair(config: Any, train_config: Any) -> None:
+    model._check_config(config)
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
+    if train_config.max_seq_len > config.max_len:
+        raise ValueError(f"train_config.seq_len={train_config.max_seq_len} exceeds "
+                         f"config.max_len={config.max_len}")
+
+
+def train(config: LMConfig, train_config: TrainConfig, key: jax.Array, *,
+          progress: bool = True) -> dict:
+    """Train a model on random windows of the stdlib training files; returns the parameters.
+
+    Args:
+      config: the model shape.
+      train_config: the recipe.
+      key: a ``jax.random.key``; consumed (initialisation, window sampling).
+      progress: show a progress bar.
+
+    Returns:
+      the trained parameter pytree.
+    """
+    params, _ = _train(config, train_config, key, progress=progress)
+    return params
+
+
+def _train(config, train_config, key, *, progress):
+    from jaxpapers.core import data, train as core_train
+
+    _check_pair(config, train_config)
+    if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
+        raise TypeError("key must be a typed key from jax.random.key(seed)")
+    tc = train_config
+    train_tokens, _ = corpus_tokens(tc)
+    if train_tokens.size <= tc.max_seq_len + 1:
+        raise ValueError(f"the training corpus has {train_tokens.size} bytes, too few for "
+                         f"seq_len={tc.max_seq_len}")
+    init_key, data_key, run_key = jax.random.split(key, 3)
+    params = model.init(config, init_key)
+    optimizer = make_optimizer(tc)
+    step_fn = core_train.make_train_step(functools.partial(loss_fn, config=config), optimizer,
+                                         has_aux=True)
+    tokens = jnp.asarray(train_tokens)
+    state = core_train.init_train_state(params, optimizer, run_key)
+    history: dict[str, list] = {}
+    done = 0
+    for seq_len, batch_size, num_steps in tc.stages:
+        def batch_fn(step, seq_len=seq_len, batch_size=batch_size):
+            return data.sample_windows(jax.random.fold_in(data_key, step), tokens,
+                                       batch_size=batch_size, seq_len=seq_len)
+
+        done += num_steps
+        state, hist = core_train.fit(step_fn, state, batch_fn, num_steps=done,
+                                     chunk_size=tc.chunk_size, progress=progress,
+                                     desc=f"lm T={seq_len}")
+        for k, v in hist.items():
+            history.setdefault(k, []).extend(np.asarray(v).tolist())
+    return state.params, {k: np.asarray(v) for k, v in history.items()}
+
+
+def heldout_windows(train_config: TrainConfig, *, seq_len: int | None = None,
+                    num_windows: int = 16) -> np.ndarray:
+    """Evenly spaced, non-overlapping windows of the held-out files' bytes.
+
+    Args:
+      train_config: selects the corpus (``max_files``, ``heldout_fraction``).
+      seq_len: bytes per window (default ``train_config.max_seq_len + 1``).
+      num_windows: number of windows (fewer if the held-out text is short).
+
+    Returns:
+      [num_windows, seq_len] int32.
+    """
+    _, heldout = corpus_tokens(train_config)
+    seq_len = train_config.max_seq_len + 1 if seq_len is None else seq_len
+    if seq_len < 2 or num_windows < 1:
+        raise ValueError(f"seq_len must be >= 2 and num_windows >= 1, got {seq_len}, "
+                         f"{num_windows}")
+    n = min(num_windows, heldout.size // seq_len)
+    if n < 1:
+        raise ValueError(f"held-out text ({heldout.size} bytes) is shorter than seq_len={seq_len}")
+    starts = np.linspace(0, heldout.size - seq_len, n).astype(np.int64)
+    return np.stack([heldout[s:s + seq_len] for s in starts]).astype(np.int32)
+
+
+def heldout_bits_per_byte(params: dict, config: LMConfig, train_config: TrainConfig, *,
+                          num_windows: int = 16, batch_size: int = 4) -> dict[str, float]:
+    """Held-out bits/byte of the model and of the training set's unigram byte model.
+
+    Returns:
+      ``{"model": bpb, "unigram": bpb}`` on :func:`heldout_windows`' windows (all positions).
+    """
+    _check_pair(config, train_config)
+    windows = heldout_windows(train_config, num_windows=num_windows)
+    bits = [np.asarray(jax.device_get(
+        _window_bits(params, jnp.asarray(windows[i:i + batch_size]), config)))
+        for i in range(0, len(windows), batch_size)]
+    train_tokens, _ = corpus_tokens(train_config)
+    return {"model": float(np.concatenate(bits).mean()),
+            "unigram": unigram_bits_per_byte(train_tokens, windows[:, 1:])}
+
+
+@functools.partial(jax.jit, static_argnames=("config",))
+def _window_bits(params, windows, config):
+    return _bits(model._forward_impl(params, windows[:, :-1], config), windows[:, 1:])
+
+
+# ----------------------------------------------------------------------------- checkpoint cache
+
+def _fingerprint(config: LMConfig, train_config: TrainConfig, key: jax.Array) -> dict:
+    """The settings a cached model was trained with, as they read back from JSON."""
+    fp = {"format": _FORMAT, "config": dataclasses.asdict(config),
+          "train_config": dataclasses.asdict(train_config),
+          "key_data": np.asarray(jax.random.key_data(key)).tolist()}
+    return json.loads(json.dumps(fp, sort_keys=True))
+
+
+def checkpoint_dir(config: LMConfig, train_config: TrainConfig, *, key: jax.Array,
+                   cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
+    """The folder :func:`load_or_train` uses: ``cache_dir / <hash of configs and key>``."""
+    _check_pair(config, train_config)
+    if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
+        raise TypeError("key must be a typed key from jax.random.key(seed)")
+    blob = json.dumps(_fingerprint(config, train_config, key), sort_keys=True).encode()
+    root = pathlib.Path(DEFAULT_CACHE_DIR if cache_dir is None else cache_dir).expanduser()
+    return root.resolve() / hashlib.sha256(blob).hexdigest()[:16]
+
+
+def checkpoint_info(path: str | os.PathLike) -> dict:
+    """The metadata stored with a cached model (configs, held-out bits/byte, training time)."""
+    return json.loads((pathlib.Path(path) / "meta.json").read_text())
+
+
+def _spec(tree: Any) -> list[list[str]]:
+    return [[jax.tree_util.keystr(p), str(tuple(x.shape)), str(x.dtype)]
+            for p, x in jax.tree_util.tree_leaves_with_path(tree)]
+
+
+class _Unreadable(Exception):
+    """A cached folder that cannot be read back (missing or truncated files)."""
+
+
+def _load(path: pathlib.Path, config: LMConfig, fingerprint: dict) -> dict:
+    import orbax.checkpoint as ocp
+
+    abstract = init_like(config)
+    try:
+        meta = checkpoint_info(path)
+    except (OSError, ValueError) as e:
+        raise _Unreadable(f"meta.json: {type(e).__name__}: {e}") from e
+    if meta.get("fingerprint") != fingerprint:
+        raise ValueError(f"cached model at {path} was trained with other settings "
+                         f"(stored {meta.get('fingerprint')}, asked {fingerprint}); delete the "
+                         f"folder or pass another cache_dir")
+    if meta.get("spec") != _spec(abstract):
+        raise ValueError(f"cached model at {path} has parameter shapes {meta.get('spec')}, "
+                         f"expected {_spec(abstract)}")
+    try:
+        with ocp.StandardCheckpointer() as ckpt:
+            params = ckpt.restore(path / "params", abstract)
+    except Exception as e:  # orbax raises several types for missing/truncated files
+        raise _Unreadable(f"params: {type(e).__name__}: {e}") from e
+    if _spec(params) != _spec(abstract):
+        raise ValueError(f"cached model at {path} restored with wrong shapes")
+    return params
+
+
+def load_or_train(config: LMConfig, train_config: TrainConfig, *,
+                  cache_dir: str | os.PathLike | None = None, key: jax.Array,
+                  progress: bool = True) -> dict:
+    """Load the cached trained model, or train it and cache it (orbax) on first use.
+
+    The folder is :func:`checkpoint_dir` (default root ``~/.cache/jaxpapers/lm``). A new cache is
+    written to a temporary folder and renamed into place when complete. A cached folder whose
+    stored settings or parameter shapes differ from the request raises ``ValueError``; one that
+    cannot be read (e.g. a truncated write) is moved aside with a warning and retrained.
+
+    Args:
+      config: the model shape.
+      train_config: the recipe.
+      cache_dir: root folder of the cache (None: ``~/.cache/jaxpapers/lm``).
+      key: a ``jax.random.key``; part of the cache's name (not consumed when loading).
+      progress: show a progress bar when training.
+
+    Returns:
+      the trained parameter pytree.
+    """
+    path = checkpoint_dir(config, train_config, key=key, cache_dir=cache_dir)
+    fingerprint = _fingerprint(config, train_config, key)
+    if path.exists():
+        try:
+            return _load(path, config, fingerprint)
+        except _Unreadable as e:  # keep it for inspection, then retrain
+            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+            warnings.warn(f"cached model at {path} is unreadable ({e}); moved to {aside} and "
+                          f"retraining", stacklevel=2)
+            path.rename(aside)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    params, history = _train(config, train_config, key, progress=progress)
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    scores = heldout_bits_per_byte(params, config, train_config)
+    _save(path, params, {"fingerprint": fingerprint, "spec": _spec(params),
+                         "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
+                         "heldout_bpb": scores["model"],
+                         "unigram_bpb": scores["unigram"],
+                         "final_train_bpb": float(np.mean(history["bpb"][-20:]))})
+    return params
+
+
+def _save(path: pathlib.Path, params: dict, meta: dict) -> None:
+    import orbax.checkpoint as ocp
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        with ocp.StandardCheckpointer() as ckpt:
+            ckpt.save(tmp / "params", params)
+            ckpt.wait_until_finished()
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if not path.exists():  # another process may have won the race; keep its copy
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -11,6 +11,8 @@ class Config:
 
     settings: (name, N slots, K items, d, ||theta*||, link) per synthetic setting; the first is
       the one reported under ``regret/{algo}``.
+    beta_scales: extra runs of RS-SlateGLinCB and B-SlateGLinCB+ in the first setting with the
+      UCB multiplier scaled by these factors (sensitivity to the theory constant).
     """
 
     num_rounds: int = 10_000
@@ -18,6 +20,7 @@ class Config:
     settings: tuple = (("s1_N3_K5_d5_kappa9.5", 3, 5, 5, 2.0, "logistic"),
                        ("s2_N5_K4_d3_kappa56", 5, 4, 3, 4.0, "logistic"))
     context_mode: str = "fresh"
+    beta_scales: tuple = (0.1, 0.01)
     timing_slots: tuple = (3, 4, 5, 6, 7, 8)
     timing_items: int = 7
     timing_dim: int = 5
@@ -43,5 +46,6 @@ def full() -> Config:
 def tiny() -> Config:
     """For the test: one small setting, short horizon."""
     return Config(num_rounds=1200, num_seeds=4, settings=(("tiny", 2, 4, 3, 2.0, "logistic"),),
+                  beta_scales=(0.1,),
                   timing_slots=(3, 4), enum_max_slots=4, timing_repeats=3, icl_rounds=300,
                   icl_seeds=2)

@@ -98,7 +98,7 @@ def make_rs_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds:
                         param_norm_ub: float, kappa: float, link: Link = LOGISTIC,
                         lam: float = 0.5, doubling: float = 0.5, failure_level: float = 0.05,
                         noise_r: float = 1.0, warmup_scale: float = 0.01, mle_iters: int = 8,
-                        dtype=jnp.float32) -> SlateAlgo:
+                        beta: float | None = None, dtype=jnp.float32) -> SlateAlgo:
     """RS-SlateGLinCB as an ``init / select / update`` triple (unbatched).
 
     Args:
@@ -107,6 +107,9 @@ def make_rs_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds:
       link: GLM link.  lam: lambda (RS-GLinCB code: 0.5; the MLE uses lambda/2).
       doubling: c in det H >= (1 + c) det H^tau (code: 0.5).  failure_level: delta.
       noise_r: R.  warmup_scale: the 0.01 in tau.  mle_iters: Newton steps per refit.
+      beta: exploration multiplier of the UCB step; default the theory value
+        4 sqrt(d log(T / delta)) of RS-GLinCB (~31 at d = 5, T = 10^4), which dominates the
+        reward differences at small T (see ``experiments/slate_glm``).
 
     Returns:
       A :class:`SlateAlgo`; ``num_switches`` counts warm-up plus determinant refits.
@@ -131,7 +134,10 @@ def make_rs_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds:
                               warmup_scale=warmup_scale)
     gamma = noise_r * param_norm_ub * math.sqrt(d * math.log(num_rounds / failure_level))
     elim = gamma * math.sqrt(kappa)
-    beta = 4.0 * math.sqrt(d * math.log(num_rounds / failure_level))
+    if beta is None:
+        beta = 4.0 * math.sqrt(d * math.log(num_rounds / failure_level))
+    if not (beta >= 0 and math.isfinite(beta)):
+        raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
     warm_bound, _ = rs_switch_bound(num_rounds=num_rounds, num_slots=n_s, dim=d, tau=tau, lam=lam,
                                     doubling=doubling, max_dmean=link.max_dmean)
     t_pad = pad_rows(num_rounds)

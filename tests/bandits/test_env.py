@@ -72,3 +72,11 @@ def test_pool_bad_input():
     bad[0, 1, 2, 3] = np.inf
     with pytest.raises(ValueError, match="finite"):
         make_slate_env_from_pool(bad, np.zeros((3, 5)))
+
+
+@pytest.mark.parametrize("beta", [-1.0, float("nan"), float("inf")])
+def test_rs_beta_bad_input(beta):
+    from jaxpapers.bandits import make_rs_slateglincb
+    with pytest.raises(ValueError, match="beta"):
+        make_rs_slateglincb(num_slots=2, num_items=3, dim=2, num_rounds=10, param_norm_ub=2.0,
+                            kappa=10.0, beta=beta)

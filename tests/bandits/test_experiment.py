@@ -23,8 +23,10 @@ def test_tiny_run_directions(tmp_path):
     assert m["regret/b_slateglincb_plus"] < 0.5 * m["regret/random"]
     # ICL stand-in: the bandit picks better examples than random
     assert m["icl_accuracy/bandit"] > m["icl_accuracy/random"] + 0.1
-    # enumeration grows faster than the slot-wise select
-    assert m["time_ratio/enumeration_N4_over_N3"] > m["time_ratio/rs_select_N4_over_N3"]
+    # enumeration grows faster than the slot-wise select: XLA flop counts (wall time is too
+    # noisy on a shared machine for a test); K = 7, so enumeration grows ~7x from N = 3 to 4
+    assert m["flops_ratio/enumeration_N4_over_N3"] > 5.0
+    assert m["flops_ratio/rs_select_N4_over_N3"] < 2.0
     from jaxpapers.core.report import validate_result
     validate_result(res)
     assert len(run.plot(res, tmp_path)) >= 1

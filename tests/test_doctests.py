@@ -17,6 +17,7 @@ MODULES = [
                                       "diagnostics", "training")),
     *(f"jaxpapers.search.{m}" for m in ("muzero", "distributional", "risk")),
     *(f"jaxpapers.lm.{m}" for m in ("model", "evaluate", "training")),
+    *(f"jaxpapers.diffusion.{m}" for m in ("schedules", "samplers", "qsched", "training")),
 ]
 
 

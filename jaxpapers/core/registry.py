@@ -85,7 +85,7 @@ def _p(pid: str, title: str, capability: str, status: Status = Status.NOT_STARTE
 _NS, _IMPL = Status.NOT_STARTED, Status.IMPLEMENTED
 PAPERS: tuple[Paper, ...] = (
     _p("qsched", "Q-Sched: few-step diffusion with scheduler-level post-training quantization",
-       "diffusion", issue=5),
+       "diffusion", Status.IN_PROGRESS, issue=5),
     _p("slate_glm", "Contextual slate GLM bandits under limited adaptivity", "bandits",
        Status.IN_PROGRESS, issue=7),
     _p("codetracer", "CodeTracer: syntax-aware watermarking of LLM-generated code", "watermark"),

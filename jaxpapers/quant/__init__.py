@@ -1,4 +1,4 @@
-"""Weight quantization: group-wise int8/int4 arrays, quantized matmuls, pytree quantization.
+"""Weight quantization: group-wise int8/int4/int3 arrays, quantized matmuls, pytree quantization.
 
 The Pallas kernel for the hot path is ``pallas_kernels.quantized_matmul``; the functions here are
 the XLA path and the definition of the numerics.

@@ -27,15 +27,17 @@ class QuantizedArray:
         needs only ``& 0xF`` and ``>> 4`` and yields two contiguous row blocks (no interleave, no
         concatenate), which is what the Pallas kernel needs on Triton and Mosaic.
         Symmetric levels are stored offset by 8 (``u = q + 8``, ``q`` in [-7, 7]).
+      * ``bits == 3``: [K, N] unpacked like 8 bits: int8 ``q`` in [-3, 3] (symmetric) or uint8
+        levels ``u`` in [0, 7] (asymmetric). ``nbytes`` counts this unpacked storage.
 
     Dequantized value: ``w[k, n] = (level[k, n] - zero[g, n]) * scales[g, n]`` with ``g = k //
-    group_size``; ``zero`` is 0 (int8) or 8 (int4) when symmetric, ``zeros[g, n]`` otherwise.
+    group_size``; ``zero`` is 0 (int8, int3) or 8 (int4) when symmetric, ``zeros[g, n]`` otherwise.
 
     Attributes:
       data: packed integers, see above.
       scales: [G, N] float scales.
       zeros: [G, N] uint8 zero points (asymmetric), or None (symmetric).
-      bits: 4 or 8 (static).
+      bits: 3, 4 or 8 (static).
       group_size: rows per scale group (static); ``K`` means per-channel.
       pack_rows: P, rows per packing tile (static; 4-bit only, equals ``min(group_size, 128)``).
       shape: the original (K, N) (static).

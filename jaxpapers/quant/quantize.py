@@ -1,4 +1,8 @@
-"""Round-to-nearest group-wise weight quantization (absmax symmetric or min/max asymmetric)."""
+"""Round-to-nearest group-wise weight quantization (absmax symmetric or min/max asymmetric).
+
+Bit widths: 8 (int8 / uint8), 4 (two levels per byte, split-half packing) and 3 (stored
+unpacked, one level per int8 / uint8 byte, like 8-bit; the numerics are those of 3 bits).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from jaxpapers.quant._types import QuantizedArray
 __all__ = ["SUPPORTED_BITS", "MAX_PACK_ROWS", "quantize", "dequantize", "levels",
            "pack_int4", "unpack_int4", "pack_rows_for"]
 
-SUPPORTED_BITS = (4, 8)
+SUPPORTED_BITS = (3, 4, 8)
 MAX_PACK_ROWS = 128
 
 
@@ -71,7 +75,7 @@ def unpack_int4(packed: jax.Array, pack_rows: int) -> jax.Array:
 
 def levels(q: QuantizedArray) -> jax.Array:
     """[K, N] int32 signed integer values ``level - zero`` (exact), so ``w = levels * scale``."""
-    if q.bits == 8:
+    if q.bits != 4:  # 8 and 3 bits: one level per byte
         lv = q.data.astype(jnp.int32)
     else:
         lv = unpack_int4(q.data, q.pack_rows).astype(jnp.int32)
@@ -92,7 +96,7 @@ def quantize(w: ArrayLike, *, bits: int, group_size: int | None, symmetric: bool
 
     Args:
       w: [K, N] floating weight (groups run along K).
-      bits: 4 or 8.
+      bits: 3, 4 or 8 (3-bit levels are stored unpacked, one per byte).
       group_size: rows per group; must divide K; None or -1 for per-channel (one group of K).
       symmetric: absmax (True) or min/max with zero points (False).
       scale_dtype: dtype of the stored scales; default: ``w``'s dtype if it is a 16-bit float,
@@ -121,7 +125,7 @@ def quantize(w: ArrayLike, *, bits: int, group_size: int | None, symmetric: bool
         qv = jnp.clip(jnp.round(wf / s.astype(jnp.float32)[:, None]), -qmax, qmax)
         qv = qv.reshape(k, n)
         zeros = None
-        lv = qv.astype(jnp.int8) if bits == 8 else (qv + 8).astype(jnp.uint8)
+        lv = (qv + 8).astype(jnp.uint8) if bits == 4 else qv.astype(jnp.int8)
     else:
         top = 2 ** bits - 1
         lo = jnp.minimum(jnp.min(wf, axis=1), 0.0)

@@ -31,7 +31,7 @@ def _np_quantize(w, bits, g, symmetric):
     return ((u - z[:, None]) * s[:, None]).reshape(k, n)
 
 
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [3, 4, 8])
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("group_size", [32, 128, None])
 def test_matches_numpy_reference_and_error_bound(key, bits, symmetric, group_size):
@@ -68,7 +68,7 @@ def test_size_ratio_w4_g128():
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), bits=st.sampled_from([4, 8]),
+@given(seed=st.integers(0, 2**31 - 1), bits=st.sampled_from([3, 4, 8]),
        symmetric=st.booleans(), log_scale=st.floats(-20, 20),
        group=st.sampled_from([2, 8, 16, None]))
 def test_property_error_at_most_half_scale(seed, bits, symmetric, log_scale, group):
@@ -93,7 +93,8 @@ def test_jit_and_vmap(key):
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(bits=3, group_size=32), ValueError, "bits"),
+    (dict(bits=5, group_size=32), ValueError, "bits"),
+    (dict(bits=2, group_size=32), ValueError, "bits"),
     (dict(bits=4, group_size=50), ValueError, "divisor"),
     (dict(bits=4, group_size=3), ValueError, "even"),
     (dict(bits=4, group_size=192), ValueError, "group_size"),
@@ -118,3 +119,34 @@ def test_bad_weights(key):
         quant.qdot(jnp.ones((2, 64), jnp.int32), quant.quantize(w, bits=8, group_size=32))
     with pytest.raises(ValueError, match="features"):
         quant.qdot(jnp.ones((2, 63)), quant.quantize(w, bits=8, group_size=32))
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int3_levels_range_and_storage(key, symmetric):
+    w = _w(key, k=64, n=16)
+    q = quant.quantize(w, bits=3, group_size=16, symmetric=symmetric)
+    assert q.data.shape == (64, 16)  # unpacked: one level per byte
+    assert q.data.dtype == (jnp.int8 if symmetric else jnp.uint8)
+    lv = np.asarray(quant.levels(q))
+    if symmetric:
+        assert lv.min() >= -3 and lv.max() <= 3
+        assert set(np.unique(lv)) <= set(range(-3, 4))
+    else:
+        u = np.asarray(q.data)
+        assert u.min() >= 0 and u.max() <= 7
+    # the quantization error grows as bits shrink: 3-bit error > 4-bit error on the same weights
+    err = {b: float(np.abs(np.asarray(quant.dequantize(quant.quantize(
+        w, bits=b, group_size=16, symmetric=symmetric))) - np.asarray(w)).mean()) for b in (3, 4)}
+    assert err[3] > 1.5 * err[4]
+
+
+def test_int3_qdot_int8_activations_exact(key):
+    kx, kw = jax.random.split(key)
+    q = quant.quantize(_w(kw, k=64, n=8), bits=3, group_size=16, symmetric=False)
+    x = jax.random.normal(kx, (4, 64))
+    y = quant.qdot(x, q, activation_bits=8)
+    xq, xs = quant.quantize_activations(x)
+    lv = np.asarray(quant.levels(q), np.int64).reshape(4, 16, 8)
+    acc = np.einsum("mag,agn->man", np.asarray(xq, np.int64).reshape(4, 4, 16), lv)
+    ref = (acc * np.asarray(q.scales, np.float64)).sum(1) * np.asarray(xs, np.float64)
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-5, atol=1e-5)

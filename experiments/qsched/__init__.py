@@ -1,0 +1,1 @@
+"""Q-Sched experiment: few-step samplers + scheduler-level PTQ on sklearn digits."""

@@ -1,0 +1,226 @@
+"""Few-step samplers: one step function per sampler, scanned with ``lax.scan``.
+
+Every sampler follows the same loop. At step ``i`` with grid values from
+:func:`jaxpapers.diffusion.schedules.discretize`:
+
+1. ``out = denoise_fn(params, x, model_in[i])`` (the model sees the unscaled sample);
+2. Q-Sched preconditioning: ``out <- m[i] * out``, ``x <- s[i] * x`` (all ones: plain sampler);
+3. the sampler's update on the scaled values (``x_0`` and ``eps`` are read off ``out`` with the
+   schedule's ``prediction``):
+
+* ``ddim`` (VP, eta = 0): ``x' = sqrt(a') x_0 + sqrt(1 - a') eps`` (Song et al., 2021, eq. 12).
+* ``lcm`` on VP (latent consistency models, diffusers' rule): boundary scalings
+  ``c_skip = sd^2 / ((10 t)^2 + sd^2)``, ``c_out = 10 t / sqrt((10 t)^2 + sd^2)`` with sd = 0.5,
+  ``d = c_out x_0 + c_skip x``; ``x' = sqrt(a') d + sqrt(1 - a') z`` except after the last step,
+  where ``x' = d``.
+* ``lcm`` on EDM / explicit sigmas (consistency multistep sampling, Song et al. 2023, Alg. 1):
+  ``x' = x_0 + sigma' z`` (``sigma' = 0`` after the last step).
+* ``tcd`` (VP; trajectory consistency distillation, the PCM/TCD stochastic step with gamma):
+  ``s = floor((1 - gamma) t')``, ``x_s = sqrt(a_s) x_0 + sqrt(1 - a_s) eps``,
+  ``x' = sqrt(a'/a_s) x_s + sqrt(1 - a'/a_s) z`` for gamma > 0 before the last step, else
+  ``x' = x_s``.
+* ``euler`` (EDM): ``d = (x - x_0) / sigma``, ``x' = x + (sigma' - sigma) d`` (EDM Alg. 1 without
+  the Heun correction).
+* ``euler_ancestral`` (EDM): ``sigma_up = sqrt(sigma'^2 (sigma^2 - sigma'^2) / sigma^2)``,
+  ``sigma_down = sqrt(sigma'^2 - sigma_up^2)``, ``x' = x + (sigma_down - sigma) d + sigma_up z``.
+* ``flow_euler`` (flow matching): ``x' = x + (t' - t) v``.
+
+``z`` is standard normal noise, drawn from ``jax.random.split(key, steps)[i]`` with x's shape and
+dtype (only by the stochastic samplers).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxpapers.diffusion._types import DenoiseFn, QSchedCoeffs
+from jaxpapers.diffusion.schedules import (EDMSchedule, FlowSchedule, Grid, SigmaSchedule,
+                                           VPSchedule, discretize, init_noise_sigma,
+                                           validate_schedule)
+
+__all__ = ["sample", "SAMPLERS", "STOCHASTIC", "LCM_TIMESTEP_SCALING", "LCM_SIGMA_DATA",
+           "check_coeffs"]
+
+LCM_TIMESTEP_SCALING = 10.0  # diffusers LCMScheduler default
+LCM_SIGMA_DATA = 0.5  # diffusers LCMScheduler default
+
+_VP = (VPSchedule,)
+_SIGMA = (EDMSchedule, SigmaSchedule)
+SAMPLERS = {
+    "ddim": _VP,
+    "tcd": _VP,
+    "lcm": _VP + _SIGMA,
+    "euler": _SIGMA,
+    "euler_ancestral": _SIGMA,
+    "flow_euler": (FlowSchedule,),
+}
+STOCHASTIC = ("lcm", "tcd", "euler_ancestral")
+
+
+def _vp_x0_eps(x, out, a, prediction):
+    sa, s1a = jnp.sqrt(a), jnp.sqrt(1.0 - a)
+    if prediction == "epsilon":
+        return (x - s1a * out) / sa, out
+    if prediction == "sample":
+        return out, (x - sa * out) / s1a
+    return sa * x - s1a * out, sa * out + s1a * x  # v_prediction
+
+
+def _sigma_x0(x, out, sigma, prediction):
+    return x - sigma * out if prediction == "epsilon" else out
+
+
+def _ddim(schedule, x, out, g, z, last, gamma):
+    x0, eps = _vp_x0_eps(x, out, g.level, schedule.prediction)
+    return jnp.sqrt(g.level_next) * x0 + jnp.sqrt(1.0 - g.level_next) * eps
+
+
+def _lcm_vp(schedule, x, out, g, z, last, gamma):
+    x0, _ = _vp_x0_eps(x, out, g.level, schedule.prediction)
+    st = g.model_in * LCM_TIMESTEP_SCALING
+    sd2 = LCM_SIGMA_DATA ** 2
+    c_skip = sd2 / (st ** 2 + sd2)
+    c_out = st / jnp.sqrt(st ** 2 + sd2)
+    den = c_out * x0 + c_skip * x
+    noised = jnp.sqrt(g.level_next) * den + jnp.sqrt(1.0 - g.level_next) * z
+    return jnp.where(last, den, noised)
+
+
+def _tcd(schedule, x, out, g, z, last, gamma):
+    ac = schedule.alphas_cumprod
+    x0, eps = _vp_x0_eps(x, out, g.level, schedule.prediction)
+    t_s = jnp.floor((1.0 - gamma) * g.t_next).astype(jnp.int32)
+    a_s = jnp.where(t_s >= 0, ac[jnp.maximum(t_s, 0)], schedule.final_alpha_cumprod)
+    # diffusers' TCD: the "previous" timestep after the last step is 0, so a' = ac[0] there
+    a_prev = ac[g.t_next.astype(jnp.int32)]
+    x_s = jnp.sqrt(a_s) * x0 + jnp.sqrt(1.0 - a_s) * eps
+    ratio = a_prev / a_s
+    renoised = jnp.sqrt(ratio) * x_s + jnp.sqrt(jnp.maximum(1.0 - ratio, 0.0)) * z
+    return jnp.where(jnp.logical_and(gamma > 0, jnp.logical_not(last)), renoised, x_s)
+
+
+def _lcm_sigma(schedule, x, out, g, z, last, gamma):
+    x0 = _sigma_x0(x, out, g.level, schedule.prediction)
+    return x0 + g.level_next * z
+
+
+def _euler(schedule, x, out, g, z, last, gamma):
+    x0 = _sigma_x0(x, out, g.level, schedule.prediction)
+    d = (x - x0) / g.level
+    return x + (g.level_next - g.level) * d
+
+
+def _euler_ancestral(schedule, x, out, g, z, last, gamma):
+    x0 = _sigma_x0(x, out, g.level, schedule.prediction)
+    d = (x - x0) / g.level
+    s, sn = g.level, g.level_next
+    s_up = jnp.sqrt(jnp.maximum(sn ** 2 * (s ** 2 - sn ** 2) / s ** 2, 0.0))
+    s_down = jnp.sqrt(jnp.maximum(sn ** 2 - s_up ** 2, 0.0))
+    return x + (s_down - s) * d + s_up * z
+
+
+def _flow_euler(schedule, x, out, g, z, last, gamma):
+    return x + (g.level_next - g.level) * out
+
+
+def _step_fn(sampler, schedule):
+    if sampler == "lcm":
+        return _lcm_vp if isinstance(schedule, VPSchedule) else _lcm_sigma
+    return {"ddim": _ddim, "tcd": _tcd, "euler": _euler, "euler_ancestral": _euler_ancestral,
+            "flow_euler": _flow_euler}[sampler]
+
+
+def check_coeffs(coeffs, steps: int) -> QSchedCoeffs | None:
+    """Validate ``coeffs`` (a :class:`QSchedCoeffs` or a ``{"m", "s"}`` dict) for ``steps``.
+
+    Raises:
+      ValueError: naming ``coeffs`` when a vector is missing or has the wrong length.
+    """
+    if coeffs is None:
+        return None
+    if isinstance(coeffs, dict):
+        if set(coeffs) != {"m", "s"}:
+            raise ValueError(f"coeffs must have exactly the keys 'm' and 's', got {sorted(coeffs)}")
+        coeffs = QSchedCoeffs(m=coeffs["m"], s=coeffs["s"])
+    if not isinstance(coeffs, QSchedCoeffs):
+        raise ValueError(f"coeffs must be QSchedCoeffs or a dict {{m, s}}, got "
+                         f"{type(coeffs).__name__}")
+    for name in ("m", "s"):
+        v = getattr(coeffs, name)
+        if jnp.shape(v) != (steps,):
+            raise ValueError(f"coeffs.{name} must have shape (steps,) = ({steps},), got "
+                             f"{jnp.shape(v)}")
+    return coeffs
+
+
+def sample(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, schedule,
+           sampler: str, steps: int, coeffs: QSchedCoeffs | dict | None = None,
+           gamma: jax.typing.ArrayLike = 0.3) -> jax.Array:
+    """Run a few-step sampler from standard-normal noise ``x_T``.
+
+    Unbatched in spirit: ``x_T`` may be one example or a batch, as long as ``denoise_fn`` takes
+    it; all updates are elementwise. vmap over keys / noise / coefficients at the call site.
+
+    Args:
+      denoise_fn: ``denoise_fn(params, x, noise_level) -> out`` (see ``DenoiseFn``).
+      params: pytree passed to ``denoise_fn`` unchanged (float or quantized weights, conditioning).
+      key: consumed; split into one key per step for the stochastic samplers.
+      x_T: [...] standard-normal noise; multiplied by the prior's scale (sigma_max for EDM).
+      schedule: a schedule pytree (:mod:`jaxpapers.diffusion.schedules`).
+      sampler: one of ``SAMPLERS`` (static), compatible with the schedule's family.
+      steps: number of model evaluations N (static, >= 1).
+      coeffs: Q-Sched coefficients ``{m: [N], s: [N]}``; None = all ones (the plain sampler).
+      gamma: TCD's stochasticity (traceable; used only by ``tcd``).
+
+    Returns:
+      The final sample, x_T's shape and dtype.
+
+    Raises:
+      ValueError: unknown sampler, sampler/schedule mismatch, ``steps < 1``, malformed schedule
+        (e.g. non-finite or negative sigmas) or coefficient vectors of the wrong length.
+
+    >>> import jax, jax.numpy as jnp
+    >>> sch = EDMSchedule(jnp.float32(0.002), jnp.float32(80.0), jnp.float32(7.0))
+    >>> den = lambda p, x, sigma: x / jnp.sqrt(sigma ** 2 + 1.0)   # eps-prediction for N(0, 1) data
+    >>> x = sample(den, None, jax.random.key(0), jnp.ones(3), schedule=sch, sampler="euler",
+    ...            steps=4)
+    >>> x.shape
+    (3,)
+    """
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {sampler!r}")
+    validate_schedule(schedule, steps)
+    if not isinstance(schedule, SAMPLERS[sampler]):
+        raise ValueError(f"sampler {sampler!r} needs a schedule of type "
+                         f"{[k.__name__ for k in SAMPLERS[sampler]]}, got "
+                         f"{type(schedule).__name__}")
+    coeffs = check_coeffs(coeffs, steps)
+    x_T = jnp.asarray(x_T)
+    if not jnp.issubdtype(x_T.dtype, jnp.floating):
+        raise ValueError(f"x_T must be a floating array, got dtype {x_T.dtype}")
+    dtype = x_T.dtype
+    grid = discretize(schedule, steps)
+    grid = Grid(*(jnp.asarray(v, dtype) for v in grid))
+    if coeffs is None:
+        m = s = jnp.ones((steps,), dtype)
+    else:
+        m, s = jnp.asarray(coeffs.m, dtype), jnp.asarray(coeffs.s, dtype)
+    step = _step_fn(sampler, schedule)
+    stochastic = sampler in STOCHASTIC
+    keys = jax.random.split(key, steps)
+    last = jnp.asarray(np.arange(steps) == steps - 1)
+    gamma = jnp.asarray(gamma, dtype)
+
+    def body(x, inp):
+        g, mi, si, k, is_last = inp
+        out = denoise_fn(params, x, g.model_in)
+        z = jax.random.normal(k, x.shape, dtype) if stochastic else jnp.zeros((), dtype)
+        x_new = step(schedule, si * x, mi * jnp.asarray(out, dtype), g, z, is_last, gamma)
+        return x_new.astype(dtype), None
+
+    x0 = x_T * init_noise_sigma(schedule).astype(dtype)
+    x_final, _ = lax.scan(body, x0, (grid, m, s, keys, last))
+    return x_final

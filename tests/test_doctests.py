@@ -16,6 +16,9 @@ MODULES = [
     *(f"jaxpapers.pinn.{m}" for m in ("operators", "networks", "problems", "solvers",
                                       "diagnostics", "training")),
     *(f"jaxpapers.search.{m}" for m in ("muzero", "distributional", "risk")),
+    *(f"jaxpapers.bandits.{m}" for m in ("b_slateglincb", "env", "flatten", "glm", "random_policy",
+                                         "rs_slateglincb", "runner", "slate_glm_ofu",
+                                         "slate_glm_ts")),
     *(f"jaxpapers.lm.{m}" for m in ("model", "evaluate", "training")),
     *(f"jaxpapers.diffusion.{m}" for m in ("schedules", "samplers", "qsched", "training")),
 ]

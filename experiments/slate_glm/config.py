@@ -13,6 +13,7 @@ class Config:
       the one reported under ``regret/{algo}``.
     beta_scales: extra runs of RS-SlateGLinCB and B-SlateGLinCB+ in the first setting with the
       UCB multiplier scaled by these factors (sensitivity to the theory constant).
+    flat_max_arms: run RS-GLinCB and B-GLinCB on the flattened slates where K^N <= this.
     """
 
     num_rounds: int = 10_000
@@ -21,6 +22,7 @@ class Config:
                        ("s2_N5_K4_d3_kappa56", 5, 4, 3, 4.0, "logistic"))
     context_mode: str = "fresh"
     beta_scales: tuple = (0.1, 0.01)
+    flat_max_arms: int = 1024
     timing_slots: tuple = (3, 4, 5, 6, 7, 8)
     timing_items: int = 7
     timing_dim: int = 5

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.slate_glm.config import Config, small
-from jaxpapers.bandits import (batch_bound, get_link, make_b_slateglincb, make_random,
+from jaxpapers.bandits import (batch_bound, flatten_slates, get_link, make_b_slateglincb,
+                               make_random,
                                make_rs_slateglincb, make_slate_env, make_slate_glm_ofu,
                                make_slate_glm_ts, rs_switch_bound, rs_warmup_threshold,
                                run_bandit_seeds)
@@ -30,7 +31,7 @@ def _theory_beta(d, t, failure_level=0.05):
     return 4.0 * math.sqrt(d * math.log(max(t, 2) / failure_level))
 
 
-def _make_algos(n, k, d, t, norm, link, beta_scales=()):
+def _make_algos(n, k, d, t, norm, link, beta_scales=(), flat_max_arms=0):
     lk = get_link(link)
     s_ub = float(int(norm) + 1)          # the authors' S = int(||theta*||) + 1
     kappa = float(1.0 / lk.dmean(norm))  # 1/mu'(||theta*||) bounds 1/mu' over unit slates
@@ -43,6 +44,15 @@ def _make_algos(n, k, d, t, norm, link, beta_scales=()):
         "slate_glm_ts": make_slate_glm_ts(**common),
         "random": make_random(num_slots=n, num_items=k),
     }
+    if k ** n <= flat_max_arms:  # the single-action parents on the K^N flattened slates
+        flat = dict(num_slots=1, num_items=k ** n, dim=n * d, param_norm_ub=s_ub, link=lk)
+        algos["rs_glincb_flat"] = flatten_slates(
+            make_rs_slateglincb(num_rounds=t, kappa=kappa, **flat), num_slots=n, num_items=k)
+        algos["b_glincb_flat"] = flatten_slates(
+            make_b_slateglincb(num_rounds=t, **flat), num_slots=n, num_items=k)
+    if beta_scales:  # the RS-GLinCB code's UCB centre (theta_w + theta_tau) / 2
+        algos["rs_slateglincb@code_centre"] = make_rs_slateglincb(
+            num_rounds=t, kappa=kappa, mix_warmup=True, **common)
     for sc in beta_scales:  # sensitivity to the exploration constant (not a paper setting)
         beta = sc * _theory_beta(d, t)
         algos[f"rs_slateglincb@beta_x{sc:g}"] = make_rs_slateglincb(
@@ -64,7 +74,7 @@ def _regret_setting(cfg: Config, setting, key, beta_scales=()):
                                       theta_norm=norm, link=link, mode=cfg.context_mode))(
         jax.random.split(k_env, s))
     run_keys = jax.random.split(k_run, s)
-    algos, bounds, kappa = _make_algos(n, k, d, t, norm, link, beta_scales)
+    algos, bounds, kappa = _make_algos(n, k, d, t, norm, link, beta_scales, cfg.flat_max_arms)
     out = {"kappa": kappa, "bounds": bounds, "algos": {}}
     grid = np.unique(np.linspace(1, t, 100).astype(int))
     for a_name, algo in algos.items():
@@ -235,6 +245,15 @@ def run(config: Config, key: jax.Array) -> dict:
     for sname, out in settings.items():
         for name in ALGOS:
             metrics[f"regret_{sname}/{name}"] = out["algos"][name]["R_T"]
+    for sname, out in settings.items():
+        for nm in ("rs_glincb_flat", "b_glincb_flat"):
+            if nm in out["algos"]:
+                metrics[f"regret_{sname}/{nm}"] = out["algos"][nm]["R_T"]
+                metrics[f"switches_{sname}/{nm}"] = out["algos"][nm]["switches"]
+    if "rs_slateglincb@code_centre" in a:
+        metrics["regret_code_centre/rs_slateglincb"] = a["rs_slateglincb@code_centre"]["R_T"]
+        metrics["ratio_code_centre/rs_slateglincb_over_ofu"] = (
+            a["rs_slateglincb@code_centre"]["R_T"] / ofu)
     sens = []
     for sc in config.beta_scales:
         for base in ("rs_slateglincb", "b_slateglincb_plus"):

@@ -7,6 +7,7 @@ from jaxpapers.bandits.b_slateglincb import (BState, batch_bound, batch_schedule
 from jaxpapers.bandits.env import (SlateEnv, env_contexts, env_mean_reward, env_sample_reward,
                                    kappa_of, make_slate_env, make_slate_env_from_pool,
                                    oracle_slate, slate_features)
+from jaxpapers.bandits.flatten import MAX_FLAT_ARMS, flatten_slates, slate_index_table
 from jaxpapers.bandits.glm import LOGISTIC, PROBIT, Link, fit_glm_mle, get_link, glm_nll
 from jaxpapers.bandits.random_policy import make_random
 from jaxpapers.bandits.rs_slateglincb import (RSState, make_rs_slateglincb, rs_switch_bound,
@@ -16,7 +17,7 @@ from jaxpapers.bandits.slate_glm_ofu import OFUState, make_slate_glm_ofu
 from jaxpapers.bandits.slate_glm_ts import make_slate_glm_ts
 
 __all__ = [
-    "BState", "LOGISTIC", "Link", "OFUState", "PROBIT", "RSState", "RunResult", "SlateAlgo",
+    "BState", "LOGISTIC", "MAX_FLAT_ARMS", "flatten_slates", "slate_index_table", "Link", "OFUState", "PROBIT", "RSState", "RunResult", "SlateAlgo",
     "SlateEnv", "batch_bound", "batch_schedule", "env_contexts", "env_mean_reward",
     "env_sample_reward", "fit_glm_mle", "get_link", "glm_nll", "kappa_of", "make_b_slateglincb",
     "make_random", "make_rs_slateglincb", "make_slate_env", "make_slate_env_from_pool",

@@ -20,6 +20,7 @@ MODULES = [
                                          "rs_slateglincb", "runner", "slate_glm_ofu",
                                          "slate_glm_ts")),
     *(f"jaxpapers.lm.{m}" for m in ("model", "evaluate", "training")),
+    *(f"jaxpapers.attention.{m}" for m in ("binarypc", "baselines", "sparse")),
     *(f"jaxpapers.diffusion.{m}" for m in ("schedules", "samplers", "qsched", "training")),
 ]
 

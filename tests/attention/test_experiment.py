@@ -1,0 +1,49 @@
+"""The BinaryPC experiment on tiny configs: result shape, and the claims' directions."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import pytest
+
+from experiments.binarypc import config, run
+
+FAST = dataclasses.replace(config.tiny(), methods=("binarypc64", "simhash64", "oracle",
+                                                    "random"),
+                           decode_methods=("binarypc64",),
+                           n_seqs=2, bpb_seqs=4, needle_seqs=2)
+
+
+def test_fast_tiny_run_orders_the_methods(tmp_path):
+    res = run.run(FAST, jax.random.key(0))
+    m = res["metrics"]
+    for b in ("3pct", "6pct", "12pct"):
+        # the oracle bounds every selector's captured mass; a hash beats random picks
+        assert m[f"mass/oracle/{b}"] >= m[f"mass/binarypc64/{b}"] - 1e-6
+        assert m[f"recall/binarypc64/{b}"] > 2 * m[f"recall/random/{b}"]
+    # the paper's direction at equal bits (measured on tiny: ~0.36 vs ~0.30 at 3%)
+    assert m["recall/binarypc64/3pct"] > m["recall/simhash64/3pct"]
+    # mass grows with the budget
+    assert m["mass/binarypc64/3pct"] < m["mass/binarypc64/6pct"] < m["mass/binarypc64/12pct"]
+    # sparse decoding keeps bits/byte near dense on tiny (measured within 1%)
+    assert abs(m["bpb/binarypc64/6pct"] / m["bpb/dense"] - 1) < 0.03
+    assert {c["metric"].split("/")[0] for c in res["claims"]} == {"recall_ratio", "mass_ratio",
+                                                                   "bpb_rel"}
+    from jaxpapers.core.report import validate_result
+
+    validate_result(res)
+    paths = run.plot(res, tmp_path)
+    assert paths and all(p.suffix == ".png" and p.stat().st_size > 0 for p in paths)
+
+
+@pytest.mark.slow
+def test_tiny_config_reports_every_metric():
+    res = run.run(config.tiny(), jax.random.key(0))
+    m = res["metrics"]
+    for meth in config.tiny().methods:
+        for b in ("3pct", "6pct", "12pct"):
+            assert 0.0 <= m[f"recall/{meth}/{b}"] <= 1.0
+    for meth in config.tiny().decode_methods:
+        assert m[f"bpb/{meth}/6pct"] > 0
+    assert m["recall/oracle/12pct"] >= m["recall/quest/12pct"]

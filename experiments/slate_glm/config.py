@@ -22,7 +22,7 @@ class Config:
                        ("s2_N5_K4_d3_kappa56", 5, 4, 3, 4.0, "logistic"))
     context_mode: str = "fresh"
     beta_scales: tuple = (0.1, 0.01)
-    flat_max_arms: int = 1024
+    flat_max_arms: int = 256
     timing_slots: tuple = (3, 4, 5, 6, 7, 8)
     timing_items: int = 7
     timing_dim: int = 5

@@ -55,9 +55,10 @@ import numpy as np
 
 from jaxpapers.bandits import (env_contexts, env_mean_reward, get_link, make_slate_env,
                                make_slate_glm_ofu, oracle_slate, slate_features)
+from jaxpapers.bandits.slate_glm_ofu import ofu_radius
 
 __all__ = ["load_authors_ofu", "make_problems", "run_ours", "run_theirs", "regret_of",
-           "crosscheck", "main"]
+           "lockstep", "crosscheck", "main"]
 
 # Their modules have generic top-level names; they are imported in isolation (see below).
 _THEIR_MODULES = ("Slate_GLM_OFU", "optimization", "utils")
@@ -209,11 +210,62 @@ def run_theirs(cls, env, contexts, u, *, param_norm_ub: int, link: str = "logist
     return np.asarray(played, np.int32), None
 
 
+def lockstep(cls, algo, env, contexts, u, sel_keys, *, param_norm_ub: int,
+             link: str = "logistic", failure_level: float = 0.05, np_seed: int = 0) -> dict:
+    """Diagnostic: both learners observe the slates *theirs* plays (one shared trajectory).
+
+    Each round ours proposes its slate from its own state (not played), then both are updated
+    with their slate and its reward. This separates differences in the updates from the
+    divergence of two trajectories after a first different choice.
+
+    Returns:
+      agreement (fraction of rounds where ours proposes their slate, also from round 1 on),
+      median / max relative gap ||theta_ours - theta_theirs|| / ||theta_theirs||, and the
+      confidence radii r_t of both at the last round.
+    """
+    num_rounds, n, k, d = contexts.shape
+    params = {"reward_type": link, "item_count": k, "slot_count": n, "horizon": num_rounds,
+              "arm_dim": d, "failure_level": failure_level, "param_norm_ub": param_norm_ub}
+    ctx64 = np.asarray(contexts, dtype=np.float64)
+    ctx_dev = jnp.asarray(contexts)
+    select, update = jax.jit(algo.select), jax.jit(algo.update)
+    radius = jax.jit(lambda st: ofu_radius(st.t, st.cum_loss, l2reg=5.0,
+                                           param_norm_ub=float(param_norm_ub),
+                                           failure_level=failure_level))
+    agree, gaps = [], []
+    state = algo.init(jax.random.key(0))
+    with _numpy_global_seed(np_seed):
+        alg = cls(params)
+        for t in range(num_rounds):
+            picks = [int(p) for p in alg.pull([[ctx64[t, i, j] for j in range(k)]
+                                               for i in range(n)])]
+            r_theirs, r_ours = float(alg.conf_radius), float(radius(state))
+            mine, _ = select(state, sel_keys[t], ctx_dev[t])
+            agree.append(bool(np.all(np.asarray(mine) == picks)))
+            items = jnp.asarray(picks, jnp.int32)
+            reward = _reward(env, ctx_dev[t], items, u[t])
+            alg.update_parameters(np.hstack([ctx64[t, i, picks[i]] for i in range(n)]),
+                                  float(reward))
+            state = update(state, ctx_dev[t], items, reward)
+            th_ours = np.asarray(state.theta, np.float64).reshape(-1)
+            th_theirs = np.asarray(alg.theta, np.float64)
+            gaps.append(np.linalg.norm(th_ours - th_theirs)
+                        / max(np.linalg.norm(th_theirs), 1e-12))
+    agree, gaps = np.asarray(agree), np.asarray(gaps)
+    return {"rounds": num_rounds, "agreement": float(agree.mean()),
+            "agreement_from_round_1": float(agree[1:].mean()) if num_rounds > 1 else None,
+            "theta_rel_gap_median": float(np.median(gaps)), "theta_rel_gap_max": float(gaps.max()),
+            "radius_theirs_last": r_theirs, "radius_ours_last": r_ours}
+
+
 def crosscheck(authors_dir: str | None, *, num_rounds: int = 4000, num_seeds: int = 8,
                num_slots: int = 3, num_items: int = 5, dim: int = 5, theta_norm: float = 2.0,
                link: str = "logistic", seed: int = 0, tolerance: float = 0.10,
-               log=print) -> dict:
+               lockstep_rounds: int = 0, lockstep_seeds: int = 2, log=print) -> dict:
     """Run both implementations on identical problems; returns a JSON-serialisable report.
+
+    With ``lockstep_rounds`` > 0, also runs :func:`lockstep` on the first ``lockstep_rounds``
+    rounds of the first ``lockstep_seeds`` seeds (reported under "lockstep").
 
     Raises:
       AuthorsUnavailable: their code cannot be imported (before any computation).
@@ -287,6 +339,18 @@ def crosscheck(authors_dir: str | None, *, num_rounds: int = 4000, num_seeds: in
             within_tolerance=bool(abs(mo / mt - 1.0) <= tolerance))
     else:
         report.update(within_tolerance=False)
+    report["lockstep"] = []
+    for s in range(min(lockstep_seeds, num_seeds) if lockstep_rounds > 0 else 0):
+        env = jax.tree.map(lambda a: a[s], envs)
+        m = min(lockstep_rounds, num_rounds)
+        res = lockstep(cls, algo, env, contexts[s, :m], u_np[s, :m], sel_keys[s, :m],
+                       param_norm_ub=s_ub, link=link, np_seed=seed * 100_003 + s)
+        report["lockstep"].append({"seed": s, **res})
+        log(f"lockstep seed {s} ({m} rounds, their slates played): ours proposes their slate "
+            f"in {100 * res['agreement']:.1f}% of rounds; theta relative gap median "
+            f"{res['theta_rel_gap_median']:.1e} (max {res['theta_rel_gap_max']:.1e}); radius "
+            f"r_t at the last round theirs {res['radius_theirs_last']:.3f}, ours "
+            f"{res['radius_ours_last']:.3f}")
     return report
 
 
@@ -323,12 +387,16 @@ def main(argv=None) -> int:
     p.add_argument("--link", choices=("logistic", "probit"), default="logistic")
     p.add_argument("--key", type=int, default=0)
     p.add_argument("--tolerance", type=float, default=0.10)
+    p.add_argument("--lockstep", type=int, default=1000, metavar="ROUNDS",
+                   help="also run the lockstep diagnostic on this many rounds (0: off)")
+    p.add_argument("--lockstep-seeds", type=int, default=2)
     p.add_argument("--json", default=None, help="write the report here")
     a = p.parse_args(argv)
     try:
         rep = crosscheck(a.authors_dir, num_rounds=a.rounds, num_seeds=a.seeds, num_slots=a.slots,
                          num_items=a.items, dim=a.dim, theta_norm=a.theta_norm, link=a.link,
-                         seed=a.key, tolerance=a.tolerance)
+                         seed=a.key, tolerance=a.tolerance, lockstep_rounds=a.lockstep,
+                         lockstep_seeds=a.lockstep_seeds)
     except AuthorsUnavailable as e:
         print(f"cross-check not run: {e}", file=sys.stderr)
         return 2

@@ -85,7 +85,7 @@ def _p(pid: str, title: str, capability: str, status: Status = Status.NOT_STARTE
 _NS, _IMPL = Status.NOT_STARTED, Status.IMPLEMENTED
 PAPERS: tuple[Paper, ...] = (
     _p("qsched", "Q-Sched: few-step diffusion with scheduler-level post-training quantization",
-       "diffusion", Status.IN_PROGRESS, issue=5),
+       "diffusion", _IMPL, issue=5),
     _p("slate_glm", "Contextual slate GLM bandits under limited adaptivity", "bandits",
        Status.IN_PROGRESS, issue=7),
     _p("codetracer", "CodeTracer: syntax-aware watermarking of LLM-generated code", "watermark"),
@@ -98,12 +98,12 @@ PAPERS: tuple[Paper, ...] = (
     _p("fedgcm", "FedGCM: federated graph learning under homophily heterogeneity", "federated"),
     _p("dive", "DIVE: synthesized agentic tasks for robust tool use", "benchmarks"),
     _p("binarypc", "BinaryPC: binary-hash sparse attention for long contexts", "attention",
-       Status.IN_PROGRESS, issue=6),
+       _IMPL, issue=6),
     _p("rsa_cp", "RSA-CP: conformal prediction with optimal-transport score alignment", "conformal", _IMPL,
        issue=10),
     _p("cgpo", "CGPO: critic-guided diffusion policy optimisation", "rl"),
     _p("coupling_pinn", "Coupling layers for deep physics-informed neural networks", "pinn",
-       Status.IN_PROGRESS, issue=9),
+       _IMPL, issue=9),
     _p("excytin", "ExCyTIn-Bench: evaluating LLM agents on cyber threat investigation", "benchmarks"),
     _p("supermeshnet", "SuperMeshNet: mesh super-resolution for PDE simulation", "graph"),
     _p("riskzero", "RiskZero: risk-sensitive MuZero-style planning", "search", Status.IN_PROGRESS,

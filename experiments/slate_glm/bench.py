@@ -22,7 +22,7 @@ def _sig(z):
 
 
 class NumpyOFU:
-    """Per-round numpy Slate-GLM-OFU (mimics Slate_GLM_OFUL.py's control flow)."""
+    """Per-round numpy Slate-GLM-OFU (mimics Slate_GLM_OFU.py's control flow)."""
 
     def __init__(self, n, k, d, s_ub, lam=5.0, delta=0.05):
         self.n, self.k, self.d, self.s, self.lam, self.delta = n, k, d, s_ub, lam, delta

@@ -1,6 +1,6 @@
 """Slate-GLM-OFU (fully adaptive baseline; Goyal et al., "Efficient and optimal algorithms for
 contextual slate bandits"), reconstructed from the authors' numpy code
-(tanmaygoyal258/Logistic_Slate_Bandits, ``Slate_GLM_OFUL.py``).
+(tanmaygoyal258/Logistic_Slate_Bandits, ``Slate_GLM_OFU.py``).
 
 Letters: N slots, K items per slot, d item dimension, D = N d.
 

@@ -11,6 +11,10 @@ from jaxpapers import cli
 from jaxpapers.core import registry
 
 
+# a paper with no experiment yet (whichever comes first in the registry)
+NOT_STARTED = next(p.id for p in registry.PAPERS if p.status is registry.Status.NOT_STARTED)
+
+
 def _run(capsys, *argv):
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
@@ -24,14 +28,15 @@ def test_list_json_has_all_papers(capsys):
     assert [r["id"] for r in rows] == list(registry.ids())
     assert all({"id", "title", "status"} <= set(r) for r in rows)
     statuses = {r["id"]: r["status"] for r in rows}
-    assert statuses["qsched"] == "not implemented"
+    assert statuses[NOT_STARTED] == "not implemented"
+    assert statuses["layer_balancing"] == "implemented"
 
 
 @pytest.mark.parametrize("argv, match", [
     (["reproduce", "nope"], "unknown paper id 'nope'"),
-    (["reproduce", "qsched"], "not implemented"),
+    (["reproduce", NOT_STARTED], "not implemented"),
     (["reproduce", "all", "--scale", "huge"], "--scale must be one of"),
-    (["reproduce", "all", "qsched"], "'all' cannot be combined"),
+    (["reproduce", "all", NOT_STARTED], "'all' cannot be combined"),
     (["reproduce", "--seed", "x", "all"], "invalid int value"),
     (["bench", "no_such_kernel"], "unknown kernel 'no_such_kernel'"),
     (["frobnicate"], "invalid choice"),

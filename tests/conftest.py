@@ -18,7 +18,10 @@ jax.config.update("jax_num_cpu_devices", NUM_FAKE_DEVICES)
 _cache = os.environ.get("JAXPAPERS_XLA_CACHE",
                         str(pathlib.Path(tempfile.gettempdir()) / "jaxpapers-xla-cache"))
 jax.config.update("jax_compilation_cache_dir", _cache)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+# Only programs that took >= 0.5 s to compile are written to the persistent cache: the eager
+# per-op compiles are not worth it, and a CI run once crashed (SIGSEGV) inside the cache write of
+# one such tiny program after ~20 minutes of tests.
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 

@@ -15,6 +15,7 @@ FAST = dataclasses.replace(config.tiny(), methods=("binarypc64", "simhash64", "o
                            n_seqs=2, bpb_seqs=4, needle_seqs=2)
 
 
+@pytest.mark.slow  # ~25-120 s cold (trains the tiny LM); the method-level tests cover ordering
 def test_fast_tiny_run_orders_the_methods(tmp_path):
     res = run.run(FAST, jax.random.key(0))
     m = res["metrics"]

@@ -16,6 +16,7 @@ def _envs(key, s):
                                       theta_norm=2.0))(jax.random.split(key, s))
 
 
+@pytest.mark.slow  # ~40 s cold; test_no_recompilation_across_seeds_and_deterministic covers the seeds path
 def test_seeds_equal_loop_and_jit_equals_eager(key):
     """vmap-over-seeds == per-seed runs (the any-seed refit gating changes nothing)."""
     algo = make_rs_slateglincb(num_slots=N, num_items=K, dim=D, num_rounds=120,

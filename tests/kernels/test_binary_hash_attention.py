@@ -333,6 +333,7 @@ def test_bad_inputs():
         sparse_decode_attention(q, k, v[:, :, :100], idx, valid, **kw)
 
 
+@pytest.mark.slow  # ~11 s; the plain interpret-mode tests cover both kernels' values
 def test_tpu_interpreter_finds_no_out_of_bounds_reads_or_races():
     # The Mosaic interpreter raises on out-of-bounds reads and reports races (slow: tiny case).
     from jax.experimental.pallas import tpu as pltpu

@@ -39,7 +39,7 @@ def _scalar_and_risk(key, batch=16, num_actions=3, nq=4, dim=6):
     return root, rec, root_q, rec_q
 
 
-@pytest.mark.parametrize("kind", ["gumbel", "muzero"])
+@pytest.mark.parametrize("kind", [pytest.param("gumbel", marks=pytest.mark.slow), "muzero"])
 def test_mean_utility_on_point_masses_equals_scalar_search(key, x64, kind):
     """Degenerate quantiles + mean utility: Q_risk(s, a) = r + gamma v(child) of the scalar tree."""
     k1, k2 = jax.random.split(key)

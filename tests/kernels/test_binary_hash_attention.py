@@ -1,12 +1,12 @@
 """binary_hash_attention: BinaryPC score and sparse-decode kernels (interpret mode on CPU)."""
 
-import contextlib
-import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from tests.kernels._lowering import lower_for
 
 from pallas_kernels.binary_hash_attention import (AttentionBlockSizes, ScoreBlockSizes,
                                                   entry_limits, hash_scores,
@@ -367,18 +367,7 @@ def test_tpu_interpreter_finds_no_out_of_bounds_reads_or_races():
 
 
 def _lower(platform, f, *args):
-    ctx = contextlib.nullcontext()
-    needs_abstract = platform == "tpu" or tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 11)
-    if needs_abstract:
-        from jax.sharding import AbstractDevice, AbstractMesh
-
-        dev = (AbstractDevice(device_kind="NVIDIA H200", num_cores=None, platform="gpu")
-               if platform == "cuda" else
-               AbstractDevice(device_kind="TPU v5 lite", num_cores=1, platform="tpu"))
-        ctx = jax.sharding.use_abstract_mesh(AbstractMesh((1,), ("x",), abstract_device=dev))
-    with ctx, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return jax.jit(f).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+    return lower_for(platform, f, *args).as_text()
 
 
 def _lowered_kernel(text, platform):

@@ -1,12 +1,12 @@
 """quantized_matmul: the Pallas kernel (interpret mode on CPU) against its jnp reference."""
 
-import contextlib
-import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from tests.kernels._lowering import lower_for
 
 from jaxpapers import quant
 from pallas_kernels.quantized_matmul import (BlockSizes, quantized_matmul,
@@ -127,18 +127,7 @@ def test_bad_inputs():
 def _lower(platform, x, q):
     f = lambda x, q: _pallas_forward(x, q, None, BlockSizes(16, 128, 512, 1), jnp.bfloat16,
                                      False, platform)
-    ctx = contextlib.nullcontext()
-    needs_abstract = platform == "tpu" or tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 11)
-    if needs_abstract:
-        from jax.sharding import AbstractDevice, AbstractMesh
-
-        dev = (AbstractDevice(device_kind="NVIDIA H200", num_cores=None, platform="gpu")
-               if platform == "cuda" else
-               AbstractDevice(device_kind="TPU v5 lite", num_cores=1, platform="tpu"))
-        ctx = jax.sharding.use_abstract_mesh(AbstractMesh((1,), ("x",), abstract_device=dev))
-    with ctx, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return jax.jit(f).trace(x, q).lower(lowering_platforms=(platform,))
+    return lower_for(platform, f, x, q)
 
 
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])

@@ -98,7 +98,7 @@ PAPERS: tuple[Paper, ...] = (
     _p("fedgcm", "FedGCM: federated graph learning under homophily heterogeneity", "federated"),
     _p("dive", "DIVE: synthesized agentic tasks for robust tool use", "benchmarks"),
     _p("binarypc", "BinaryPC: binary-hash sparse attention for long contexts", "attention",
-       Status.IN_PROGRESS, issue=6),
+       _IMPL, issue=6),
     _p("rsa_cp", "RSA-CP: conformal prediction with optimal-transport score alignment", "conformal", _IMPL,
        issue=10),
     _p("cgpo", "CGPO: critic-guided diffusion policy optimisation", "rl"),

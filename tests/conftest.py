@@ -1,4 +1,4 @@
-"""Test configuration: 8 fake CPU devices, an opt-in persistent compilation cache, fixtures, `slow`.
+"""Test configuration: 8 fake CPU devices, xdist worker count, an opt-in persistent XLA cache, fixtures.
 
 jax configuration happens here (never at library import time), before any test touches a device.
 """
@@ -23,6 +23,36 @@ if _cache:
     # only programs that took >= 0.5 s to compile are worth writing
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may use: the affinity mask, capped by a cgroup-v2 CPU quota if set."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()
+        if quota != "max":
+            n = min(n, max(1, int(float(quota) / float(period))))
+    except (OSError, ValueError):
+        pass
+    return n
+
+
+MAX_TEST_WORKERS = 4  # each worker holds its own compiled programs (~1-3 GiB)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject addopts): one worker per usable CPU, at most MAX_TEST_WORKERS.
+
+    xdist's own default asks psutil for the machine's physical cores, which ignores container CPU
+    quotas; ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still overrides this.
+    """
+    env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if env:
+        return int(env)
+    return max(1, min(_usable_cpus(), MAX_TEST_WORKERS))
 
 
 @pytest.fixture

@@ -90,6 +90,19 @@ def _leaf_note(cfg, metrics, c_o) -> str:
             "Y path only pays off once fully evaluated.")
 
 
+def _learned_paths(acfg, env, params, key, num_episodes) -> list[tuple[str, float]]:
+    """Most frequent greedy path of each seed's final agent and the fraction of episodes on it."""
+    n_seeds = jax.tree.leaves(params)[0].shape[0]
+    play = jax.jit(lambda p, k: riskzero.self_play(acfg, env, p, k, num_envs=num_episodes,
+                                                   gumbel_scale=0.0)["action"])
+    out = []
+    for i in range(n_seeds):
+        acts = np.asarray(play(jax.tree.map(lambda x: x[i], params), jax.random.fold_in(key, i)))
+        paths, counts = np.unique(acts, axis=0, return_counts=True)
+        out.append((_path_str(paths[int(np.argmax(counts))]), float(counts.max() / len(acts))))
+    return out
+
+
 def run(config, key) -> dict:
     """Planning with the true GridRisk model and learning of the three agents; see README."""
     cfg = config
@@ -138,6 +151,11 @@ def run(config, key) -> dict:
         metrics[f"learning/{name}/mean"] = float(mean[:, -1].mean())
         metrics[f"learning/{name}/cvar25"] = float(cv[:, -1].mean())
         metrics[f"learning/{name}/cvar25_seed_std"] = float(cv[:, -1].std())
+        curves[name]["paths"] = _learned_paths(acfg, env, out["params"], jax.random.fold_in(
+            k_learn, 1000 + len(curves)), cfg.learn_eval_episodes)
+        for obj, ex in (("neutral", exact["neutral"]), ("cvar", exact["cvar_opt"])):
+            metrics[f"learning/{name}/seeds_on_{obj}_optimal_path"] = sum(
+                top == _path_str(ex["path"]) for top, _ in curves[name]["paths"])
 
     n_o, c_o = exact["neutral"]["mean"], exact["cvar_opt"]["cvar"]
     pn, pc = metrics["planning/neutral/mean"], metrics["planning/cvar/cvar25"]
@@ -167,9 +185,15 @@ def run(config, key) -> dict:
             "note": (f"gap to MuZero {rz - mz:+.2f} over {cfg.learn_seeds} seeds after "
                      f"{cfg.learn_evals * cfg.learn_iters_per_eval} iterations; per seed RiskZero "
                      f"{np.round(rz_s, 2).tolist()} vs MuZero {np.round(mz_s, 2).tolist()} "
-                     f"({cfg.learn_eval_episodes} greedy episodes each). Agents are far from "
-                     f"converged at this scale (MuZero mean "
-                     f"{metrics['learning/muzero/mean']:.1f} vs optimum 28)")})
+                     f"({cfg.learn_eval_episodes} greedy episodes each). Greedy paths per seed: "
+                     f"RiskZero {[p for p, _ in curves['riskzero']['paths']]}, MuZero "
+                     f"{[p for p, _ in curves['muzero']['paths']]}; MuZero seeds on the "
+                     f"mean-optimal path {_path_str(exact['neutral']['path'])}: "
+                     f"{metrics['learning/muzero/seeds_on_neutral_optimal_path']}/"
+                     f"{cfg.learn_seeds}, on the CVaR-optimal path "
+                     f"{_path_str(exact['cvar_opt']['path'])}: "
+                     f"{metrics['learning/muzero/seeds_on_cvar_optimal_path']}/{cfg.learn_seeds}"
+                     f" (MuZero mean {metrics['learning/muzero/mean']:.1f} vs optimum 28)")})
     header = ("| leaf values | search utility | mean (exact) | CVaR_0.25 (exact) | mean (MC) | "
               "CVaR_0.25 (MC) | most frequent path |")
     tables = [
@@ -185,10 +209,11 @@ def run(config, key) -> dict:
     if curves:
         rows = [f"| {n} | {metrics[f'learning/{n}/mean']:.3f} | "
                 f"{metrics[f'learning/{n}/cvar25']:.3f} ± {metrics[f'learning/{n}/cvar25_seed_std']:.3f} "
+                f"| {', '.join(f'{p} ({100 * f:.0f}%)' for p, f in c['paths'])} "
                 f"| {c['seconds']:.0f} s |" for n, c in curves.items()]
         tables.append("### Learning (final greedy evaluation, mean over seeds)\n\n"
-                      "| agent | mean | CVaR_0.25 (± seed std) | wall time |\n|---|---|---|---|\n"
-                      + "\n".join(rows))
+                      "| agent | mean | CVaR_0.25 (± seed std) | greedy path per seed (share of "
+                      "episodes) | wall time |\n|---|---|---|---|---|\n" + "\n".join(rows))
     data = {"curves": curves, "iters_per_eval": cfg.learn_iters_per_eval,
             "planning": {f"{lv}/{u}": v for (lv, u), v in plan.items()},
             "exact": {"neutral": exact["neutral"] | {"path": _path_str(exact["neutral"]["path"])},

@@ -23,23 +23,25 @@ class Config:
     # "zero" = no leaf evaluation
     plan_leaf_values: tuple = ("greedy", "rollout", "zero")
     plan_history: str = "path"
-    learn_variants: tuple = ("riskzero", "risk_alphazero", "muzero")
-    learn_seeds: int = 4
+    # "alphazero_neutral" is a diagnostic: Risk-AlphaZero (true model) with alpha = 1 (CVaR_1 = mean),
+    # i.e. a risk-neutral learner without model error
+    learn_variants: tuple = ("riskzero", "risk_alphazero", "muzero", "alphazero_neutral")
+    learn_seeds: int = 6
     learn_simulations: int = 8
     learn_samples: int = 64
     learn_envs: int = 16
     learn_evals: int = 5
     learn_iters_per_eval: int = 30
     learn_eval_episodes: int = 128
-    learn_updates_per_iter: int = 8
+    learn_updates_per_iter: int = 32
     learn_batch_size: int = 64
     learning_rate: float = 5e-3
 
 
 def small() -> Config:
     """A few minutes on 2 CPU cores: 512 planning episodes with 32 simulations and 256 return
-    samples (paper: 4096); learning 150 iterations x 16 envs (paper: 1000 x 32) with 8 simulations
-    and 64 samples (paper: 32 and 4096), 4 seeds."""
+    samples (paper: 4096); learning 150 iterations x 16 envs (paper: 1000 x 32), 32 updates per
+    iteration, 8 simulations and 64 samples (paper: 32 and 4096), 6 seeds."""
     return Config()
 
 

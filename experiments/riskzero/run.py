@@ -133,8 +133,11 @@ def _learning_claim(cfg, metrics, curves, exact) -> dict:
     rz = np.array([q["exact_cvar"] for q in curves["riskzero"]["paths"]])
     mz = np.array([q["exact_cvar"] for q in curves["muzero"]["paths"]])
     clear = bool(rz.min() > mz.max())
-    se = float(np.sqrt(rz.var(ddof=1) / len(rz) + mz.var(ddof=1) / len(mz)))
-    t = (rz.mean() - mz.mean()) / se if se > 0 else float("inf")
+    if min(len(rz), len(mz)) < 2:  # no spread estimate from one seed
+        t = float("nan")
+    else:
+        se = float(np.sqrt(rz.var(ddof=1) / len(rz) + mz.var(ddof=1) / len(mz)))
+        t = (rz.mean() - mz.mean()) / se if se > 0 else float("inf")
     n_opt, c_opt = _path_str(exact["neutral"]["path"]), _path_str(exact["cvar_opt"]["path"])
     mz_paths = [q["path"] for q in curves["muzero"]["paths"]]
     return {

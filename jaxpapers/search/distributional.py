@@ -147,7 +147,8 @@ def risk_search(params: Any, key: jax.Array, *, root: RiskRootFnOutput,
         out, emb = recurrent_fn(params, expand_key, action, emb)
         search_lib._check_recurrent_output(out, batch, num_actions, value_shape=(batch, nq),
                                            reward_shape=(batch, nq))
-        out = out.replace(reward=jnp.sort(out.reward, -1), value=jnp.sort(out.value, -1))
+        rv = risk_lib.sort_small(jnp.stack([out.reward, out.value], axis=1))  # [B, 2, Q]
+        out = out.replace(reward=rv[:, 0], value=rv[:, 1])
         t = t.replace(
             children_index=t.children_index.at[b, parent, action].set(nxt),
             parents=t.parents.at[b, nxt].set(parent),

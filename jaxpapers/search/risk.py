@@ -19,7 +19,8 @@ import numpy as np
 from jax.scipy.special import ndtr, ndtri
 
 __all__ = ["mean_utility", "cvar", "wang", "power", "distortion_utility", "make_utility",
-           "quantile_midpoints", "hashed_uniform", "sample_quantiles", "quantile_huber_loss", "exact_cvar_discrete"]
+           "quantile_midpoints", "kth_smallest", "sort_small", "hashed_uniform", "sample_quantiles",
+           "quantile_huber_loss", "exact_cvar_discrete"]
 
 
 def _check_level(name: str, x, lo_open: float, hi: float | None) -> None:
@@ -48,6 +49,63 @@ def mean_utility(samples: jax.Array) -> jax.Array:
     return jnp.mean(samples, axis=-1)
 
 
+def _order_keys(x: jax.Array) -> jax.Array:
+    """Unsigned integer keys with the order of the floats ``x`` (NaN above +inf, -NaN below -inf)."""
+    width = jnp.finfo(x.dtype).bits
+    utype = {16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}[width]
+    bits = jax.lax.bitcast_convert_type(x, utype)
+    sign = utype(1 << (width - 1))
+    return jnp.where((bits & sign) != 0, ~bits, bits | sign)
+
+
+def _from_order_keys(key: jax.Array, dtype) -> jax.Array:
+    width = jnp.finfo(dtype).bits
+    sign = key.dtype.type(1 << (width - 1))
+    bits = jnp.where((key & sign) != 0, key ^ sign, ~key)
+    return jax.lax.bitcast_convert_type(bits, dtype)
+
+
+def kth_smallest(x: jax.Array, k: int) -> jax.Array:
+    """The ``k``-th smallest entry (1-based, static ``k``) along the last axis: [..., M] -> [...].
+
+    Equal to ``jnp.sort(x, -1)[..., k - 1]`` (NaN counts as the largest; -0.0 is ordered before
+    0.0, which changes only the sign of a zero result). Radix select on order-preserving integer keys, most significant
+    bit first: the answer key is built bit by bit, keeping a bit set while fewer than ``k``
+    entries lie below the candidate (one compare-and-count pass per bit, no sort, no scatter).
+    """
+    m = x.shape[-1]
+    if not isinstance(k, (int, np.integer)) or not 1 <= k <= m:
+        raise ValueError(f"k must be an int in [1, {m}], got {k!r}")
+    keys = _order_keys(x)
+    width = jnp.finfo(x.dtype).bits
+    t = jnp.zeros(x.shape[:-1], keys.dtype)
+    for bit in range(width - 1, -1, -1):
+        cand = t | keys.dtype.type(1 << bit)
+        count = jnp.sum(keys < cand[..., None], axis=-1)
+        t = jnp.where(count < k, cand, t)
+    return _from_order_keys(t, x.dtype)
+
+
+def sort_small(x: jax.Array, max_size: int = 64) -> jax.Array:
+    """``jnp.sort(x, -1)`` for short last axes by ranking (O(Q^2) compares, no sort primitive).
+
+    XLA's CPU sort costs ~150 us for a [64, 32] array, which the search pays twice per
+    simulation; ranking every entry against the others and placing it with a one-hot sum is about
+    4x cheaper for Q <= 64. Ties are broken by position (stable), so the output equals
+    ``jnp.sort`` exactly for finite entries; a NaN makes the output contain NaN. Falls back to
+    ``jnp.sort`` when the last axis is longer than ``max_size``.
+    """
+    n = x.shape[-1]
+    if n > max_size:
+        return jnp.sort(x, axis=-1)
+    idx = jnp.arange(n)
+    a, b = x[..., :, None], x[..., None, :]
+    before = (b < a) | ((b == a) & (idx[None, :] < idx[:, None]))  # [..., j, i]: i before j
+    rank = jnp.sum(before, axis=-1)  # [..., j]
+    place = rank[..., :, None] == idx  # [..., j, r]
+    return jnp.sum(jnp.where(place, x[..., :, None], jnp.zeros((), x.dtype)), axis=-2)
+
+
 def cvar(samples: jax.Array, alpha) -> jax.Array:
     """CVaR_alpha of samples [M]: mean of the worst ``alpha`` fraction (lower tail, returns).
 
@@ -61,12 +119,18 @@ def cvar(samples: jax.Array, alpha) -> jax.Array:
     _check_level("alpha", alpha, 0.0, 1.0)
     m = samples.shape[-1]
     if isinstance(alpha, (int, float)):
-        # Static level: only the ceil(alpha M) lowest samples matter; top_k is cheaper than a sort.
-        k = min(m, int(np.ceil(alpha * m - 1e-9)))
-        low = -jax.lax.top_k(-samples, k)[0]  # ascending lowest k
-        w = np.minimum(np.arange(1, k + 1) / (alpha * m), 1.0) - np.minimum(
-            np.arange(k) / (alpha * m), 1.0)
-        return jnp.sum(jnp.asarray(w, samples.dtype) * low, axis=-1)
+        # Static level: only the k = ceil(alpha M) lowest samples matter. The k-th smallest is
+        # found by a radix select (one compare-and-count pass over the samples per key bit), which
+        # on CPU is about 3x faster than lax.top_k and far faster than a sort at M = 256.
+        am = alpha * m
+        k = min(m, int(np.ceil(am - 1e-9)))
+        zk = kth_smallest(samples, k)
+        below = samples < zk[..., None]
+        n_below = jnp.sum(below, axis=-1).astype(samples.dtype)
+        # the k - 1 lowest: everything strictly below z_(k), padded with copies of z_(k) (ties)
+        low_sum = jnp.sum(jnp.where(below, samples, 0), axis=-1) + (k - 1 - n_below) * zk
+        out = (low_sum + (am - (k - 1)) * zk) / am
+        return jnp.where(jnp.any(jnp.isnan(samples), axis=-1), jnp.nan, out)
     return distortion_utility(samples, lambda u: jnp.minimum(u / alpha, 1.0))
 
 

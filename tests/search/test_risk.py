@@ -38,6 +38,46 @@ def test_utilities_float64(key, x64):
     assert float(risk.cvar(z, 0.25)) < float(risk.wang(z, eta)) < float(risk.mean_utility(z))
 
 
+def test_kth_smallest_and_sort_small_match_sort(key):
+    k1, k2 = jax.random.split(key)
+    # heavy ties (integers), negatives, zeros of both signs, infinities
+    z = jnp.round(jax.random.normal(k1, (7, 5, 40)) * 3)
+    z = z.at[0, 0, :4].set(jnp.array([-0.0, 0.0, jnp.inf, -jnp.inf]))
+    zs = np.sort(np.asarray(z), -1)
+    for k in (1, 2, 17, 39, 40):
+        np.testing.assert_array_equal(np.asarray(risk.kth_smallest(z, k)), zs[..., k - 1])
+    np.testing.assert_array_equal(np.asarray(jax.jit(risk.sort_small)(z)), zs)
+    # vmap over a leading axis equals the batched call
+    np.testing.assert_array_equal(np.asarray(jax.vmap(lambda r: risk.kth_smallest(r, 9))(z)),
+                                  zs[..., 8])
+    # continuous data, and the fallback above max_size
+    w = jax.random.normal(k2, (3, 100))
+    np.testing.assert_array_equal(np.asarray(risk.sort_small(w)), np.sort(np.asarray(w), -1))
+    np.testing.assert_array_equal(np.asarray(risk.sort_small(w[:, :16], max_size=8)),
+                                  np.sort(np.asarray(w[:, :16]), -1))
+    # NaN: the largest for kth_smallest; propagates through sort_small
+    zn = jnp.array([3.0, jnp.nan, 1.0, 2.0])
+    assert float(risk.kth_smallest(zn, 3)) == 3.0 and np.isnan(float(risk.kth_smallest(zn, 4)))
+    assert np.isnan(np.asarray(risk.sort_small(zn))).any()
+    with pytest.raises(ValueError, match="k must"):
+        risk.kth_smallest(zn, 5)
+
+
+def test_kth_smallest_float64(key, x64):
+    z = jax.random.normal(key, (4, 301), jnp.float64) * 1e-3 + 1.0  # many shared high bits
+    zs = np.sort(np.asarray(z), -1)
+    for k in (1, 76, 301):
+        np.testing.assert_array_equal(np.asarray(risk.kth_smallest(z, k)), zs[..., k - 1])
+
+
+def test_cvar_ties_and_nan():
+    z = jnp.array([1.0, 1.0, 1.0, 1.0, 5.0, 0.0, 1.0, 9.0])  # sorted: 0 1 1 1 1 1 5 9
+    for alpha, ref in ((0.25, 0.5), (0.5, 0.75), (0.3, (0 + 1 + 0.4 * 1) / 2.4), (1.0, 19 / 8)):
+        np.testing.assert_allclose(float(risk.cvar(z, alpha)), ref, rtol=1e-6)
+        np.testing.assert_allclose(float(risk.cvar(z, jnp.asarray(alpha))), ref, rtol=1e-6)
+    assert np.isnan(float(risk.cvar(z.at[7].set(jnp.nan), 0.25)))
+
+
 def test_exact_cvar_discrete():
     # three independent Y cells (+10 w.p. .75) and 8 steps of -1: CVaR_0.25 = 82 / 16
     vals = -8 + 10 * np.arange(4)

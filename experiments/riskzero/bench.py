@@ -2,7 +2,7 @@
 
 All policies share one random ``recurrent_fn`` (a tanh recurrence of width 8 with 5 actions, the
 one of the parity tests) so the tree work dominates. Measured: jitted call, ``block_until_ready``,
-median of repeats after a compile call, in one process (compare ratios, not seconds). The CVaR
+median of interleaved repeats after a compile call, in one process (compare ratios, not seconds). The CVaR
 search draws 256 return samples per expansion from 32 quantiles; its tree is the same size.
 
 Run: ``python -m experiments.riskzero.bench`` (``--repeats N``). mctx must be installed (it is in
@@ -56,15 +56,20 @@ def _risk_problem(params, root, rec):
     return rroot, rrec
 
 
-def _time(fn, key, repeats):
-    jax.block_until_ready(fn(key))  # compile
-    ts = []
+def _time_all(fns: dict, key, repeats: int) -> dict:
+    """Median seconds per call of each jitted ``fn(key)``; the repeats are interleaved across the
+    functions (round robin, a fresh key each round), so a drift in machine load hits every policy
+    alike and the ratios stay meaningful on a shared CPU."""
+    for f in fns.values():
+        jax.block_until_ready(f(key))  # compile
+    ts = {name: [] for name in fns}
     for i in range(repeats):
         k = jax.random.fold_in(key, i)
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(k))
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+        for name, f in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(k))
+            ts[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in ts.items()}
 
 
 def main(argv=None) -> dict:
@@ -82,6 +87,8 @@ def main(argv=None) -> dict:
             lambda k: js.gumbel_muzero_policy(p, k, root, rec, S).action_weights),
         f"ours CVaR gumbel search (M={M})": jax.jit(lambda k: js.risk_gumbel_muzero_policy(
             p, k, rroot, rrec, S, utility_fn=cvar, num_samples=M).action_weights),
+        f"ours CVaR muzero (PUCT) search (M={M})": jax.jit(lambda k: js.risk_muzero_policy(
+            p, k, rroot, rrec, S, utility_fn=cvar, num_samples=M).action_weights),
     }
     try:
         import mctx
@@ -93,7 +100,7 @@ def main(argv=None) -> dict:
             lambda k: mctx.muzero_policy(p2, k, root2, rec2, S).action_weights)
         fns["mctx gumbel_muzero_policy"] = jax.jit(
             lambda k: mctx.gumbel_muzero_policy(p2, k, root2, rec2, S).action_weights)
-    times = {name: _time(f, kt, args.repeats) for name, f in fns.items()}
+    times = _time_all(fns, kt, args.repeats)
     print(f"backend {jax.default_backend()}, {jax.devices()[0].device_kind}; batch {B}, "
           f"{S} simulations, {A} actions; median of {args.repeats}")
     print("| policy | median ms | ratio to mctx |")
@@ -102,8 +109,8 @@ def main(argv=None) -> dict:
     for name, t in times.items():
         base = None
         if mctx is not None and name.startswith("ours"):
-            base = ref["muzero_policy" if "muzero_policy" in name and "gumbel" not in name
-                       else "gumbel_muzero_policy"]
+            # each search against mctx's search with the same selection rule
+            base = ref["gumbel_muzero_policy" if "gumbel" in name else "muzero_policy"]
         ratio = f"{t / times[base]:.2f}x" if base else "-"
         print(f"| {name} | {1e3 * t:.2f} | {ratio} |")
     if mctx is None:

@@ -39,7 +39,7 @@ VARIANTS = ("riskzero", "risk_alphazero", "muzero")
 
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
-    """Static structure of an agent (hashable; risk levels are part of it for the top-k CVaR)."""
+    """Static structure of an agent (hashable; risk levels are part of it for the static-k CVaR)."""
 
     variant: str = "riskzero"
     risk_level: float = 0.25

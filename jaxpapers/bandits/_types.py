@@ -52,11 +52,14 @@ class RunResult(NamedTuple):
       regret: [T] (or [S, T]) expected regret mu(best slate) - mu(played slate).
       reward: [T] sampled rewards.
       switches: [T] int32 cumulative parameter updates / batches after each round.
+      trace: what ``trace_fn(state)`` returned after each round, leaves with a leading [T] (or
+        [S, T]) axis; None without a ``trace_fn``.
     """
 
     regret: jax.Array
     reward: jax.Array
     switches: jax.Array
+    trace: Any = None
 
 
 def make_update(observe, refit, get_fit, set_fit, needs_refit):

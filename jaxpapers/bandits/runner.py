@@ -99,8 +99,8 @@ def _refit_pending(algo, states):
     return jax.vmap(algo.set_fit)(states, fits)
 
 
-@functools.partial(jax.jit, static_argnames=("algo", "num_rounds"))
-def _run_many(algo, envs, keys, num_rounds):
+@functools.partial(jax.jit, static_argnames=("algo", "num_rounds", "trace_fn"))
+def _run_many(algo, envs, keys, num_rounds, trace_fn=None):
     k_init, k_run = jax.vmap(jax.random.split, out_axes=1)(keys)
     vplay = jax.vmap(functools.partial(_play, algo))
     vinputs = jax.vmap(_round_inputs, in_axes=(0, 0, None))
@@ -113,15 +113,17 @@ def _run_many(algo, envs, keys, num_rounds):
         # ``update`` would turn its lax.cond into a select and refit every seed in every round.
         states = _refit_pending(algo, states)
         sw = jax.vmap(algo.num_switches)(states).astype(jnp.int32)
-        return states, (regret, reward, sw)
+        tr = None if trace_fn is None else jax.vmap(trace_fn)(states)
+        return states, (regret, reward, sw, tr)
 
-    _, (regret, reward, sw) = jax.lax.scan(step, jax.vmap(algo.init)(k_init),
-                                           jnp.arange(num_rounds, dtype=jnp.int32))
-    return RunResult(regret=regret.T, reward=reward.T, switches=sw.T)
+    _, (regret, reward, sw, tr) = jax.lax.scan(step, jax.vmap(algo.init)(k_init),
+                                               jnp.arange(num_rounds, dtype=jnp.int32))
+    tr = None if tr is None else jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), tr)
+    return RunResult(regret=regret.T, reward=reward.T, switches=sw.T, trace=tr)
 
 
 def run_bandit_seeds(algo: SlateAlgo, envs: SlateEnv, keys: jax.Array, *,
-                     num_rounds: int) -> RunResult:
+                     num_rounds: int, trace_fn=None) -> RunResult:
     """Play ``algo`` on S environments with S keys in one compiled call (vmap inside a scan).
 
     Seed s gives the same trace as ``run_bandit(algo, envs[s], keys[s])`` (tested), but the
@@ -133,13 +135,15 @@ def run_bandit_seeds(algo: SlateAlgo, envs: SlateEnv, keys: jax.Array, *,
         ``jax.vmap(partial(make_slate_env, ...))(keys)``).
       keys: [S] keys, consumed.
       num_rounds: T >= 1.
+      trace_fn: optional ``state -> pytree`` (unbatched, hashable, e.g. a module-level function)
+        recorded after every round, e.g. ``lambda s: s.warm`` for RS-SlateGLinCB's warm-up flag.
 
     Returns:
-      :class:`RunResult` with [S, T] arrays.
+      :class:`RunResult` with [S, T] arrays (``trace`` leaves [S, T, ...]).
     """
     _check(algo, num_rounds)
     s = keys.shape[0] if keys.ndim == 1 else None
     if s is None or envs.theta_star.ndim != 3 or envs.theta_star.shape[0] != s:
         raise ValueError(f"keys must have shape [S] and envs a leading seed axis S; got keys "
                          f"{keys.shape} and theta_star {envs.theta_star.shape}")
-    return _run_many(algo, envs, keys, num_rounds)
+    return _run_many(algo, envs, keys, num_rounds, trace_fn)

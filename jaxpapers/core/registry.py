@@ -108,8 +108,7 @@ PAPERS: tuple[Paper, ...] = (
        _IMPL, issue=9),
     _p("excytin", "ExCyTIn-Bench: evaluating LLM agents on cyber threat investigation", "benchmarks"),
     _p("supermeshnet", "SuperMeshNet: mesh super-resolution for PDE simulation", "graph"),
-    _p("riskzero", "RiskZero: risk-sensitive MuZero-style planning", "search", Status.IN_PROGRESS,
-       issue=8),
+    _p("riskzero", "RiskZero: risk-sensitive MuZero-style planning", "search", _IMPL, issue=8),
     _p("vtbench", "VT-Bench: visual-tabular multimodal learning benchmark", "benchmarks"),
     _p("rel", "REL: relational reasoning benchmark", "benchmarks"),
 )

@@ -79,10 +79,13 @@ def kth_smallest(x: jax.Array, k: int) -> jax.Array:
         raise ValueError(f"k must be an int in [1, {m}], got {k!r}")
     keys = _order_keys(x)
     width = jnp.finfo(x.dtype).bits
+    # Counts are summed as float32 (exact below 2^24 entries): XLA's CPU reductions vectorise
+    # float sums but not integer ones, which makes each pass ~2x cheaper.
+    one = jnp.float32(1) if m < 2 ** 24 else jnp.int32(1)
     t = jnp.zeros(x.shape[:-1], keys.dtype)
     for bit in range(width - 1, -1, -1):
         cand = t | keys.dtype.type(1 << bit)
-        count = jnp.sum(keys < cand[..., None], axis=-1)
+        count = jnp.sum(jnp.where(keys < cand[..., None], one, 0 * one), axis=-1)
         t = jnp.where(count < k, cand, t)
     return _from_order_keys(t, x.dtype)
 

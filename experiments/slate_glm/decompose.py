@@ -12,15 +12,11 @@ Run: ``python -m experiments.slate_glm.decompose [--rounds 10000] [--seeds 16]``
 
 from __future__ import annotations
 
-import argparse
-import functools
-
-import jax
 import numpy as np
 
-from experiments.slate_glm import config as config_lib
+from experiments.slate_glm import horizon
 from experiments.slate_glm import run as run_lib
-from jaxpapers.bandits import make_slate_env, run_bandit_seeds
+from jaxpapers.bandits import run_bandit_seeds
 
 RS_ALGOS = ("rs_slateglincb", "rs_slateglincb@beta_x0.1")
 
@@ -37,16 +33,9 @@ def decompose(num_rounds: int, num_seeds: int, seed: int = 0) -> list[dict]:
         raise ValueError(f"num_rounds must be >= 40, got {num_rounds}")
     if num_seeds < 2:
         raise ValueError(f"num_seeds must be >= 2, got {num_seeds}")
-    cfg = config_lib.full()
-    key = jax.random.key(seed)
     rows = []
     q = num_rounds - num_rounds // 4
-    for si, (name, n, k, d, norm, link) in enumerate(cfg.settings):
-        k_env, k_run = jax.random.split(jax.random.fold_in(key, si))
-        envs = jax.vmap(functools.partial(make_slate_env, num_slots=n, num_items=k, dim=d,
-                                          theta_norm=norm, link=link, mode=cfg.context_mode))(
-            jax.random.split(k_env, num_seeds))
-        run_keys = jax.random.split(k_run, num_seeds)
+    for (name, n, k, d, norm, link), envs, run_keys in horizon.setting_envs(num_seeds, seed):
         made, _, kappa = run_lib._make_algos(n, k, d, num_rounds, norm, link, (0.1,), 0)
         ofu = run_bandit_seeds(made["slate_glm_ofu"], envs, run_keys, num_rounds=num_rounds)
         r_ofu = np.asarray(ofu.regret, np.float64)
@@ -70,11 +59,7 @@ def decompose(num_rounds: int, num_seeds: int, seed: int = 0) -> list[dict]:
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=10_000)
-    ap.add_argument("--seeds", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
+    args = horizon.arg_parser(__doc__, rounds=10_000).parse_args(argv)
     rows = decompose(args.rounds, args.seeds, args.seed)
     print(f"T = {args.rounds}, {args.seeds} seeds, key {args.seed}")
     print("| setting | algorithm | R_T | warm-up rounds | R in warm-up | R in UCB rounds | "

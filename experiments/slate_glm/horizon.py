@@ -26,21 +26,29 @@ DEFAULT_ALGOS = ("slate_glm_ofu", "rs_slateglincb", "rs_slateglincb@beta_x0.1",
                  "b_slateglincb_plus", "random")
 
 
+def setting_envs(num_seeds: int, seed: int = 0):
+    """Yield ``(setting, envs, run_keys)`` for each setting of ``config.full()``: environments
+    vmapped over ``num_seeds`` and one run key per seed, from ``fold_in(key(seed), setting
+    index)`` split into environment and run keys as in ``run._regret_setting``."""
+    cfg = config_lib.full()
+    key = jax.random.key(seed)
+    for si, setting in enumerate(cfg.settings):
+        _, n, k, d, norm, link = setting
+        k_env, k_run = jax.random.split(jax.random.fold_in(key, si))
+        envs = jax.vmap(functools.partial(make_slate_env, num_slots=n, num_items=k, dim=d,
+                                          theta_norm=norm, link=link, mode=cfg.context_mode))(
+            jax.random.split(k_env, num_seeds))
+        yield setting, envs, jax.random.split(k_run, num_seeds)
+
+
 def horizon_table(num_rounds: int, num_seeds: int, algos, seed: int = 0) -> list[dict]:
     """Rows ``{setting, algo, R_T, R_T4, R_T10, ratio_to_ofu, switches, seconds}``."""
     if num_rounds < 40:
         raise ValueError(f"num_rounds must be >= 40, got {num_rounds}")
     if num_seeds < 2:
         raise ValueError(f"num_seeds must be >= 2, got {num_seeds}")
-    cfg = config_lib.full()
-    key = jax.random.key(seed)
     rows = []
-    for si, (name, n, k, d, norm, link) in enumerate(cfg.settings):
-        k_env, k_run = jax.random.split(jax.random.fold_in(key, si))
-        envs = jax.vmap(functools.partial(make_slate_env, num_slots=n, num_items=k, dim=d,
-                                          theta_norm=norm, link=link, mode=cfg.context_mode))(
-            jax.random.split(k_env, num_seeds))
-        run_keys = jax.random.split(k_run, num_seeds)
+    for (name, n, k, d, norm, link), envs, run_keys in setting_envs(num_seeds, seed):
         scales = tuple(sorted({float(a.split("@beta_x")[1]) for a in algos if "@beta_x" in a}))
         made, _, _ = run_lib._make_algos(n, k, d, num_rounds, norm, link, scales, 0)
         unknown = [a for a in algos if a not in made]
@@ -64,11 +72,17 @@ def horizon_table(num_rounds: int, num_seeds: int, algos, seed: int = 0) -> list
     return rows
 
 
-def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=100_000)
+def arg_parser(doc: str, *, rounds: int) -> argparse.ArgumentParser:
+    """``--rounds`` (default ``rounds``), ``--seeds`` (16) and ``--seed`` (0)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--seeds", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def main(argv=None) -> list[dict]:
+    ap = arg_parser(__doc__, rounds=100_000)
     ap.add_argument("--algos", default=",".join(DEFAULT_ALGOS))
     args = ap.parse_args(argv)
     rows = horizon_table(args.rounds, args.seeds, tuple(args.algos.split(",")), args.seed)

@@ -130,7 +130,7 @@ def cvar(samples: jax.Array, alpha) -> jax.Array:
         k = min(m, int(np.ceil(am - 1e-9)))
         zk = kth_smallest(samples, k)
         below = samples < zk[..., None]
-        n_below = jnp.sum(below, axis=-1).astype(samples.dtype)
+        n_below = jnp.sum(jnp.where(below, 1.0, 0.0).astype(samples.dtype), axis=-1)
         # the k - 1 lowest: everything strictly below z_(k), padded with copies of z_(k) (ties)
         low_sum = jnp.sum(jnp.where(below, samples, 0), axis=-1) + (k - 1 - n_below) * zk
         out = (low_sum + (am - (k - 1)) * zk) / am

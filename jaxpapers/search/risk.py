@@ -42,7 +42,8 @@ def distortion_utility(samples: jax.Array, g) -> jax.Array:
     z = jnp.sort(samples, axis=-1)
     u = jnp.arange(m + 1, dtype=z.dtype) / m
     w = jnp.diff(g(u))
-    return jnp.sum(w * z, axis=-1)
+    # zero weights must not meet infinite samples (0 * inf = NaN)
+    return jnp.sum(jnp.where(w != 0, w * z, 0), axis=-1)
 
 
 def mean_utility(samples: jax.Array) -> jax.Array:
@@ -51,9 +52,11 @@ def mean_utility(samples: jax.Array) -> jax.Array:
 
 
 def _order_keys(x: jax.Array) -> jax.Array:
-    """Unsigned integer keys with the order of the floats ``x`` (NaN above +inf, -NaN below -inf)."""
+    """Unsigned integer keys in the IEEE total order of the floats ``x`` (-0.0 before 0.0), with
+    every NaN (either sign) mapped to +NaN first, so NaN sorts above +inf as in ``jnp.sort``."""
     width = jnp.finfo(x.dtype).bits
     utype = {16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}[width]
+    x = jnp.where(jnp.isnan(x), jnp.array(jnp.nan, x.dtype), x)
     bits = jax.lax.bitcast_convert_type(x, utype)
     sign = utype(1 << (width - 1))
     return jnp.where((bits & sign) != 0, ~bits, bits | sign)
@@ -69,9 +72,9 @@ def _from_order_keys(key: jax.Array, dtype) -> jax.Array:
 def kth_smallest(x: jax.Array, k: int) -> jax.Array:
     """The ``k``-th smallest entry (1-based, static ``k``) along the last axis: [..., M] -> [...].
 
-    Equal to ``jnp.sort(x, -1)[..., k - 1]`` (NaN counts as the largest; -0.0 is ordered before
-    0.0, which changes only the sign of a zero result). Radix select on order-preserving integer keys, most significant
-    bit first: the answer key is built bit by bit, keeping a bit set while fewer than ``k``
+    Equal to ``jnp.sort(x, -1)[..., k - 1]``, with NaN (of either sign; returned as +NaN) above
+    +inf and -0.0 before 0.0 (which can change only the sign of a zero result). Any float dtype
+    (16, 32 or 64 bits). Radix select on order-preserving integer keys, most significant bit first: the answer key is built bit by bit, keeping a bit set while fewer than ``k``
     entries lie below the candidate (one compare-and-count pass per bit, no sort, no scatter).
     """
     m = x.shape[-1]
@@ -94,20 +97,24 @@ def sort_small(x: jax.Array, max_size: int = 64) -> jax.Array:
     """``jnp.sort(x, -1)`` for short last axes by ranking (O(Q^2) compares, no sort primitive).
 
     XLA's CPU sort costs ~150 us for a [64, 32] array, which the search pays twice per
-    simulation; ranking every entry against the others and placing it with a one-hot sum is about
-    4x cheaper for Q <= 64. Ties are broken by position (stable), so the output equals
-    ``jnp.sort`` exactly for finite entries; a NaN makes the output contain NaN. Falls back to
-    ``jnp.sort`` when the last axis is longer than ``max_size``.
+    simulation; ranking every entry against the others and placing it with a one-hot select is
+    about 4x cheaper for Q <= 64. Entries are ranked by their order keys (IEEE total order:
+    -0.0 before 0.0, NaN of either sign last, as +NaN), ties by position, so the ranks are a
+    permutation and every entry lands exactly once, bit for bit. Falls back to ``jnp.sort`` when
+    the last axis is longer than ``max_size``.
     """
     n = x.shape[-1]
     if n > max_size:
         return jnp.sort(x, axis=-1)
+    keys = _order_keys(x)
     idx = jnp.arange(n)
-    a, b = x[..., :, None], x[..., None, :]
+    a, b = keys[..., :, None], keys[..., None, :]
     before = (b < a) | ((b == a) & (idx[None, :] < idx[:, None]))  # [..., j, i]: i before j
-    rank = jnp.sum(before, axis=-1)  # [..., j]
+    rank = jnp.sum(before, axis=-1)  # [..., j], a permutation of 0..n-1
     place = rank[..., :, None] == idx  # [..., j, r]
-    return jnp.sum(jnp.where(place, x[..., :, None], jnp.zeros((), x.dtype)), axis=-2)
+    # exactly one j per r: an integer sum of the selected keys is that key
+    sorted_keys = jnp.sum(jnp.where(place, keys[..., :, None], jnp.zeros((), keys.dtype)), axis=-2)
+    return _from_order_keys(sorted_keys, x.dtype)
 
 
 def cvar(samples: jax.Array, alpha) -> jax.Array:
@@ -130,9 +137,14 @@ def cvar(samples: jax.Array, alpha) -> jax.Array:
         k = min(m, int(np.ceil(am - 1e-9)))
         zk = kth_smallest(samples, k)
         below = samples < zk[..., None]
-        n_below = jnp.sum(jnp.where(below, 1.0, 0.0).astype(samples.dtype), axis=-1)
-        # the k - 1 lowest: everything strictly below z_(k), padded with copies of z_(k) (ties)
-        low_sum = jnp.sum(jnp.where(below, samples, 0), axis=-1) + (k - 1 - n_below) * zk
+        # counted in float32 (exact below 2^24; vectorised on CPU), int32 beyond
+        one = jnp.float32(1) if m < 2 ** 24 else jnp.int32(1)
+        n_below = jnp.sum(jnp.where(below, one, 0 * one), axis=-1)
+        # the k - 1 lowest: everything strictly below z_(k), padded with copies of z_(k) (ties);
+        # a zero pad must not multiply an infinite z_(k)
+        pad = (k - 1 - n_below).astype(samples.dtype)
+        low_sum = (jnp.sum(jnp.where(below, samples, 0), axis=-1)
+                   + jnp.where(pad > 0, pad * zk, 0))
         out = (low_sum + (am - (k - 1)) * zk) / am
         return jnp.where(jnp.any(jnp.isnan(samples), axis=-1), jnp.nan, out)
     return distortion_utility(samples, lambda u: jnp.minimum(u / alpha, 1.0))
@@ -189,11 +201,16 @@ def uniform_from_seed(seed: jax.Array, num_samples: int, dtype=jnp.float32) -> j
 
     A Weyl sequence through an integer mixer: about ten integer operations per sample instead of a
     Threefry block each (the search draws ``B x 2 x M`` samples per simulation, and Threefry
-    dominated its run time on CPU). 24 bits of resolution.
+    dominated its run time on CPU). 24 bits of resolution (computed in float32, then cast and
+    clipped into the open interval of ``dtype``).
     """
     seed = jnp.asarray(seed, jnp.uint32)
     x = seed[..., None] + jnp.arange(num_samples, dtype=jnp.uint32) * jnp.uint32(0x9E3779B9)
-    return ((mix32(x) >> 8).astype(dtype) + 0.5) * (1.0 / (1 << 24))
+    u = ((mix32(x) >> 8).astype(jnp.float32) + 0.5) * (1.0 / (1 << 24))
+    # v + 0.5 is not representable above 2^23 and can round up to 2^24 (u = 1); keep u < 1, also
+    # after casting to a coarser dtype
+    info = jnp.finfo(dtype)
+    return jnp.clip(jnp.minimum(u, 1.0 - 2.0 ** -24).astype(dtype), info.tiny, 1 - info.epsneg)
 
 
 def hashed_uniform(key: jax.Array, num_samples: int, dtype=jnp.float32) -> jax.Array:

@@ -55,12 +55,16 @@ def test_kth_smallest_and_sort_small_match_sort(key):
     np.testing.assert_array_equal(np.asarray(risk.sort_small(w)), np.sort(np.asarray(w), -1))
     np.testing.assert_array_equal(np.asarray(risk.sort_small(w[:, :16], max_size=8)),
                                   np.sort(np.asarray(w[:, :16]), -1))
-    # NaN: the largest for kth_smallest; propagates through sort_small
-    zn = jnp.array([3.0, jnp.nan, 1.0, 2.0])
-    assert float(risk.kth_smallest(zn, 3)) == 3.0 and np.isnan(float(risk.kth_smallest(zn, 4)))
-    assert np.isnan(np.asarray(risk.sort_small(zn))).any()
+    # NaN of either sign (x86 makes -NaN from inf - inf) sorts last, as in jnp.sort
+    zn = jnp.array([3.0, jnp.nan, 1.0, 2.0, -jnp.nan, -0.0, 0.0])
+    assert np.signbit(np.asarray(-jnp.nan))  # the second NaN really is negative
+    assert float(risk.kth_smallest(zn, 5)) == 3.0 and np.isnan(float(risk.kth_smallest(zn, 6)))
+    assert float(risk.kth_smallest(zn, 1)) == 0.0 and np.signbit(risk.kth_smallest(zn, 1))
+    got = np.asarray(risk.sort_small(zn))
+    np.testing.assert_array_equal(got[:5], [-0.0, 0.0, 1.0, 2.0, 3.0])
+    assert np.signbit(got[0]) and not np.signbit(got[1]) and np.isnan(got[5:]).all()
     with pytest.raises(ValueError, match="k must"):
-        risk.kth_smallest(zn, 5)
+        risk.kth_smallest(zn, 8)
 
 
 def test_kth_smallest_float64(key, x64):
@@ -76,6 +80,17 @@ def test_cvar_ties_and_nan():
         np.testing.assert_allclose(float(risk.cvar(z, alpha)), ref, rtol=1e-6)
         np.testing.assert_allclose(float(risk.cvar(z, jnp.asarray(alpha))), ref, rtol=1e-6)
     assert np.isnan(float(risk.cvar(z.at[7].set(jnp.nan), 0.25)))
+    # infinities: no 0 * inf from empty pads or zero weights
+    zi = jnp.array([-jnp.inf, 0.0, 1.0, 2.0])
+    for a in (0.25, jnp.asarray(0.25)):
+        assert float(risk.cvar(zi, a)) == -np.inf
+    assert float(risk.cvar(jnp.array([0.0, 1.0, 2.0, jnp.inf]), 0.5)) == 0.5
+    assert float(risk.cvar(jnp.array([0.0, 1.0, 2.0, jnp.inf]), jnp.asarray(0.5))) == 0.5
+    assert float(risk.cvar(jnp.array([0.0, 1.0, 2.0, jnp.inf]), 1.0)) == np.inf
+    # 16-bit samples beyond 256 / 2048 entries: counts stay exact
+    zb = jnp.concatenate([jnp.zeros(3000), jnp.ones(1096)]).astype(jnp.bfloat16)
+    np.testing.assert_allclose(float(risk.cvar(zb, 0.75)), (3072 - 3000) / 3072,  # 72 ones
+                               rtol=1e-2)
 
 
 def test_exact_cvar_discrete():
@@ -99,6 +114,16 @@ def test_sampling_matches_quantile_function(key):
     assert np.all(np.asarray(point) == 3.0)
     u = np.asarray(risk.hashed_uniform(key, 100_000))
     assert u.min() > 0 and u.max() < 1
+    # the largest 24-bit value rounds up to 1 in float32 unless clipped; coarse dtypes too
+    top = jnp.uint32(0)  # find a seed whose first draw has the top 24 bits all set
+    hits = np.nonzero(np.asarray(risk.mix32(jnp.arange(2 ** 22, dtype=jnp.uint32))) >> 8
+                      == 2 ** 24 - 1)[0]
+    if hits.size:
+        top = jnp.uint32(int(hits[0]))
+        assert float(risk.uniform_from_seed(top, 1)[0]) < 1.0
+    for dt in (jnp.float16, jnp.bfloat16):
+        v = np.asarray(risk.uniform_from_seed(jnp.arange(64, dtype=jnp.uint32), 512, dt), np.float32)
+        assert v.min() > 0 and v.max() < 1
     # uniformity: Kolmogorov-Smirnov distance below the 99.9% critical value 1.95 / sqrt(n)
     ks = np.max(np.abs(np.sort(u) - (np.arange(1, u.size + 1) / u.size)))
     assert ks < 1.95 / np.sqrt(u.size)

@@ -135,8 +135,9 @@ def run_bandit_seeds(algo: SlateAlgo, envs: SlateEnv, keys: jax.Array, *,
         ``jax.vmap(partial(make_slate_env, ...))(keys)``).
       keys: [S] keys, consumed.
       num_rounds: T >= 1.
-      trace_fn: optional ``state -> pytree`` (unbatched, hashable, e.g. a module-level function)
-        recorded after every round, e.g. ``lambda s: s.warm`` for RS-SlateGLinCB's warm-up flag.
+      trace_fn: optional ``state -> pytree`` (unbatched) recorded after every round, e.g. a
+        module-level ``def warm(s): return s.warm`` for RS-SlateGLinCB's warm-up flag. It is a
+        static argument: pass the same function object each time (a fresh lambda recompiles).
 
     Returns:
       :class:`RunResult` with [S, T] arrays (``trace`` leaves [S, T, ...]).

@@ -298,9 +298,9 @@ def plot(result, out_dir) -> list[pathlib.Path]:
     if curves:
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
         step = result["data"]["iters_per_eval"]
+        alpha = result["data"].get("alpha", 0.25)
         for name, c in curves.items():
             for ax, key in zip(axes, ("mean", "cvar25")):
-                alpha = result["data"].get("alpha", 0.25)
                 if key == "cvar25" and c.get("level", alpha) != alpha:
                     continue  # a learner trained for another level: its curve is not CVaR_alpha
                 arr = np.asarray(c[key], float)

@@ -50,8 +50,10 @@ def _build_parser() -> argparse.ArgumentParser:
                     " 'all' means every paper whose status is 'implemented'; papers 'in progress'"
                     " run when named.")
     rp.add_argument("ids", nargs="+", metavar="ID", help="paper ids (see 'jaxpapers list') or 'all'")
-    rp.add_argument("--scale", default="small", help="small (minutes on a CPU, default) or full "
-                    "(the paper's settings; meant for a GPU/TPU)")
+    rp.add_argument("--scale", default="small",
+                    help="tiny (seconds: the whole pipeline, numbers meaningless), small (minutes "
+                         "on a CPU, default) or full (the paper's settings; meant for a GPU/TPU); "
+                         "some papers accept extra named configs (their README lists them)")
     rp.add_argument("--out", default="results", metavar="DIR", help="output folder (default: results)")
     rp.add_argument("--seed", default=0, type=int, metavar="N", help="integer seed (default: 0)")
     bp = sub.add_parser("bench", help="time a Pallas kernel against its jnp reference")
@@ -117,15 +119,33 @@ def _resolve_ids(ids: list[str]) -> list[str]:
     return out
 
 
+def _check_extra_scale(pids: list[str], scale: str) -> None:
+    """A scale outside tiny/small/full must be an ``EXTRA_SCALES`` entry of every named paper."""
+    import importlib
+
+    from jaxpapers.core.reproduce import SCALES
+
+    for pid in pids:
+        try:
+            cfg_mod = importlib.import_module(f"{registry.get(pid).experiment}.config")
+        except ModuleNotFoundError:
+            extra = ()
+        else:
+            extra = tuple(getattr(cfg_mod, "EXTRA_SCALES", ()))
+        if scale not in extra:
+            raise _UsageError(f"--scale must be one of {', '.join(SCALES + extra)} for {pid}, "
+                              f"got {scale!r}")
+
+
 def _cmd_reproduce(args) -> int:
     from jaxpapers.core.reproduce import SCALES, reproduce
     from jaxpapers.core.report import claims_table, console_table
 
-    if args.scale not in SCALES:
-        raise _UsageError(f"--scale must be one of {', '.join(SCALES)}, got {args.scale!r}")
     pids = _resolve_ids(args.ids)
     if not pids:
         raise _UsageError("no implemented papers to reproduce")
+    if args.scale not in SCALES:
+        _check_extra_scale(pids, args.scale)
     out = pathlib.Path(args.out)
     _check_writable(out)
     from tqdm.auto import tqdm

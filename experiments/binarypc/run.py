@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import pathlib
-import time
 from typing import Any
 
 import jax
@@ -29,6 +28,11 @@ import numpy as np
 from experiments.binarypc.config import CONTRACT_METHODS, Config
 from jaxpapers import attention as attn
 from jaxpapers import lm
+from jaxpapers.core import plotting, registry, rng
+from jaxpapers.core.report import claim, markdown_table
+from jaxpapers.core.timing import Stopwatch
+
+says = functools.partial(registry.paper_says, "binarypc")
 
 
 # ----------------------------------------------------------------------------- model and data
@@ -211,8 +215,9 @@ def decode_study(params, lm_config, train_config, cfg: Config, key) -> tuple[dic
     t = cfg.bpb_context + 1
     prefix = t - cfg.bpb_decode
     windows = _windows(train_config, t, cfg.bpb_seqs + cfg.needle_seqs)
+    key, k_needle = jax.random.split(key)
     needle, starts, alen = needle_tokens(windows[cfg.bpb_seqs:], prefix, cfg.needle_value_len,
-                                         seed=cfg.lm_seed + 17)
+                                         seed=rng.numpy_seed(k_needle))
     if starts.max() + alen > t:
         raise ValueError("bpb_decode is too short for the needle's question and answer")
     toks = np.concatenate([windows[:cfg.bpb_seqs], needle])
@@ -234,46 +239,35 @@ def decode_study(params, lm_config, train_config, cfg: Config, key) -> tuple[dic
 
 
 # ----------------------------------------------------------------------------- driver
-def _verdict(ok: bool) -> str:
-    return "reproduced" if ok else "not reproduced"
-
-
 def _tables(sel, bpb, needle, cfg) -> list[str]:
     names = [n for n, _ in cfg.budgets]
-    head = "| method | " + " | ".join(f"recall {n}" for n in names) + " | " + \
-        " | ".join(f"mass {n}" for n in names) + " | " + " | ".join(
-            f"out err {n}" for n in names) + f" | bpb {cfg.bpb_budget} |"
-    lines = ["**Selection quality** (sparse layers, held-out code; bpb: dense "
-             f"{bpb['dense']:.4f})", "", head, "|---" * (2 + 3 * len(names)) + "|"]
-    for m in cfg.methods:
-        row = [f"{sel[m][n][x]:.3f}" for x in ("recall", "mass", "out_err") for n in names]
-        b = f"{bpb[m]:.4f}" if m in bpb else "-"
-        lines.append(f"| {m} | " + " | ".join(row) + f" | {b} |")
-    tables = ["\n".join(lines)]
-    nl = ["**Needle retrieval** (answer bytes: mean bits, share with p > 1/2)", "",
-          "| method | question dense: bits | acc | question sparse: bits | acc |",
-          "|---|---|---|---|---|"]
-    for m in needle["question_dense"]:
-        a, b = needle["question_dense"][m], needle["question_sparse"][m]
-        nl.append(f"| {m} | {a['bits']:.3f} | {a['acc']:.2f} | {b['bits']:.3f} | "
-                  f"{b['acc']:.2f} |")
-    tables.append("\n".join(nl))
+    header = (["method"] + [f"recall {n}" for n in names] + [f"mass {n}" for n in names]
+              + [f"out err {n}" for n in names] + [f"bpb {cfg.bpb_budget}"])
+    rows = [[m] + [f"{sel[m][n][x]:.3f}" for x in ("recall", "mass", "out_err") for n in names]
+            + [f"{bpb[m]:.4f}" if m in bpb else "-"] for m in cfg.methods]
+    tables = [markdown_table(header, rows, title=(
+        f"**Selection quality** (sparse layers, held-out code; bpb: dense {bpb['dense']:.4f})"))]
+    rows = [(m, f"{a['bits']:.3f}", f"{a['acc']:.2f}", f"{b['bits']:.3f}", f"{b['acc']:.2f}")
+            for m, a, b in ((m, needle["question_dense"][m], needle["question_sparse"][m])
+                            for m in needle["question_dense"])]
+    tables.append(markdown_table(
+        ("method", "question dense: bits", "acc", "question sparse: bits", "acc"), rows,
+        title="**Needle retrieval** (answer bytes: mean bits, share with p > 1/2)"))
     return tables
 
 
 def run(config: Config, key) -> dict[str, Any]:
     """Run the three studies; return metrics, claims, data and tables."""
     k_sel, k_bpb = jax.random.split(key)
-    t0 = time.perf_counter()
-    lm_config, train_config, params = _lm(config)
-    t_lm = time.perf_counter() - t0
-    sel = selection_study(params, lm_config, train_config, config, k_sel)
-    t1 = time.perf_counter()
-    bpb, needle = decode_study(params, lm_config, train_config, config, k_bpb)
-    t2 = time.perf_counter()
+    sw = Stopwatch()
+    with sw("seconds/lm"):
+        lm_config, train_config, params = _lm(config)
+    with sw("seconds/selection"):
+        sel = selection_study(params, lm_config, train_config, config, k_sel)
+    with sw("seconds/decode"):
+        bpb, needle = decode_study(params, lm_config, train_config, config, k_bpb)
 
-    metrics: dict[str, float] = {"seconds/lm": t_lm, "seconds/selection": t1 - t0 - t_lm,
-                                 "seconds/decode": t2 - t1}
+    metrics: dict[str, float] = {}
     for m, row in sel.items():
         for b, r in row.items():
             metrics[f"recall/{m}/{b}"] = r["recall"]
@@ -286,7 +280,6 @@ def run(config: Config, key) -> dict[str, Any]:
         for m, r in res.items():
             metrics[f"needle/{proto}/{m}/bits"] = r["bits"]
             metrics[f"needle/{proto}/{m}/acc"] = r["acc"]
-    metrics["seconds/total"] = time.perf_counter() - t0
 
     claims = []
     lo, hi = config.budgets[0][0], config.budgets[-1][0]
@@ -297,51 +290,51 @@ def run(config: Config, key) -> dict[str, Any]:
             best = max(sims, key=lambda s: sel[s][lo]["recall"])
             ratio = sel[ours_m][lo]["recall"] / max(sel[best][lo]["recall"], 1e-12)
             metrics[f"recall_ratio/{ours_m}_over_simhash{bits}/{lo}"] = ratio
-            claims.append({
-                "metric": f"recall_ratio/{ours_m}_over_simhash{bits}/{lo}", "ours": ratio,
-                "paper": ">= 1.5 (issue's acceptance: BinaryPC recall at ~3% >= 1.5x SimHash "
-                         "at the same bit count)",
-                "verdict": _verdict(ratio >= 1.5),
-                "baselines": {s: sel[s][lo]["recall"] for s in sims} | {
+            claims.append(claim(
+                f"recall_ratio/{ours_m}_over_simhash{bits}/{lo}", ratio,
+                paper=says("binary_codes_preserve_structure"),
+                criterion=(f"BinaryPC's recall of the exact top-k at the {lo} budget >= 1.5x "
+                           f"SimHash's (the stronger of its scorings) at {bits} bits"),
+                passed=ratio >= 1.5,
+                baselines={s: sel[s][lo]["recall"] for s in sims} | {
                     ours_m: sel[ours_m][lo]["recall"]},
-                "note": f"against the stronger SimHash scoring ({best})"})
+                note=f"against the stronger SimHash scoring ({best})"))
     if "binarypc64" in sel and "oracle" in sel:
         ratio = sel["binarypc64"][hi]["mass"] / sel["oracle"][hi]["mass"]
         metrics[f"mass_ratio/binarypc64_over_oracle/{hi}"] = ratio
-        claims.append({"metric": f"mass_ratio/binarypc64_over_oracle/{hi}", "ours": ratio,
-                       "paper": ">= 0.85 (captured softmax mass at 12.5% vs the oracle's)",
-                       "verdict": _verdict(ratio >= 0.85),
-                       "baselines": {"binarypc64": sel["binarypc64"][hi]["mass"],
-                                     "oracle": sel["oracle"][hi]["mass"]}})
+        claims.append(claim(
+            f"mass_ratio/binarypc64_over_oracle/{hi}", ratio,
+            paper=says("accuracy_vs_full_attention"),
+            criterion=(f"softmax mass captured by BinaryPC-64's selection at the {hi} budget "
+                       ">= 0.85x the oracle top-k's"),
+            passed=ratio >= 0.85,
+            baselines={"binarypc64": sel["binarypc64"][hi]["mass"],
+                       "oracle": sel["oracle"][hi]["mass"]}))
     if "binarypc64" in bpb:
         rel = bpb["binarypc64"] / bpb["dense"] - 1.0
         metrics[f"bpb_rel/binarypc64/{config.bpb_budget}"] = rel
-        claims.append({"metric": f"bpb_rel/binarypc64/{config.bpb_budget}", "ours": rel,
-                       "paper": "<= 0.03 (bits/byte at ~6% within 3% of dense)",
-                       "verdict": _verdict(rel <= 0.03),
-                       "baselines": {m: bpb[m] for m in config.decode_methods} | {
-                           "dense": bpb["dense"]},
-                       "note": (f"top-k {bpb['budget_tokens']} of a "
-                                f"{config.bpb_context - config.bpb_decode + 1}-byte prefix "
-                                f"plus the <= {config.bpb_decode} decoded tokens "
-                                "(force-selected, as in the official code), layers >= "
-                                f"{config.dense_layers} sparse")})
+        claims.append(claim(
+            f"bpb_rel/binarypc64/{config.bpb_budget}", rel,
+            paper=says("accuracy_vs_full_attention"),
+            criterion=(f"bits/byte with BinaryPC-64 sparse decoding at the {config.bpb_budget} "
+                       "budget within 3% of dense attention's (relative increase <= 0.03)"),
+            passed=rel <= 0.03,
+            baselines={m: bpb[m] for m in config.decode_methods} | {"dense": bpb["dense"]},
+            note=(f"top-k {bpb['budget_tokens']} of a "
+                  f"{config.bpb_context - config.bpb_decode + 1}-byte prefix "
+                  f"plus the <= {config.bpb_decode} decoded tokens "
+                  "(force-selected, as in the official code), layers >= "
+                  f"{config.dense_layers} sparse")))
     missing = [m for m in CONTRACT_METHODS if m not in sel]
     data = {"selection": sel, "bpb": bpb, "needle": needle,
             "budgets": [list(b) for b in config.budgets], "missing_methods": missing}
-    return {"metrics": metrics, "claims": claims, "data": data,
+    return {"metrics": metrics, "claims": claims, "data": data, "timings": sw.seconds,
             "tables": _tables(sel, bpb, needle, config)}
 
 
 def plot(result: dict, out_dir) -> list[pathlib.Path]:
     """Recall, captured mass and output error vs budget for every method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    plt = plotting.pyplot()
     sel = result["data"]["selection"]
     budgets = result["data"]["budgets"]
     xs = [100 * float(f) for _, f in budgets]
@@ -363,29 +356,4 @@ def plot(result: dict, out_dir) -> list[pathlib.Path]:
     axes[2].set_yscale("log")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    path = out / "binarypc_selection.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
-
-
-def main() -> None:  # pragma: no cover - thin CLI wrapper
-    import argparse
-    import json
-
-    from experiments.binarypc import config as cfgs
-
-    p = argparse.ArgumentParser()
-    p.add_argument("--scale", default="small", choices=("tiny", "small", "full"))
-    p.add_argument("--out", default="results/binarypc")
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args()
-    res = run(getattr(cfgs, a.scale)(), jax.random.key(a.seed))
-    paths = plot(res, a.out)
-    print(json.dumps({k: v for k, v in res["metrics"].items()}, indent=1))
-    print("\n\n".join(res["tables"]))
-    print(paths)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+    return [plotting.save(fig, out_dir, "binarypc_selection", tight=False)]

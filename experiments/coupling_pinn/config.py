@@ -5,6 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 
+# further configs `jaxpapers reproduce coupling_pinn --scale <name>` accepts
+EXTRA_SCALES = ("depth_sweep",)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """All sizes of one run (JSON-serialisable).

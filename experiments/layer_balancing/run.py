@@ -7,6 +7,7 @@ and a Monte Carlo test of the official one-step formula at small widths.
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from typing import Any
 
@@ -15,6 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpapers import linear_nets as ln
+from jaxpapers.core import plotting, registry
+from jaxpapers.core.report import claim, markdown_table
+
+says = functools.partial(registry.paper_says, "layer_balancing")
 
 
 def _f(x) -> float:
@@ -57,13 +62,12 @@ def _run(cfg, key):
             min_cases += c2 > 0
             if c2 <= 0:
                 fails2.append((h, alpha))
-            rows.append(f"| {h} | {alpha} | {s:.0f} | {x1:.3f} | {'max' if c1 < 0 else 'min'} "
-                        f"| {x2:.3f} | {'min' if c2 > 0 else 'max'} |")
+            rows.append((h, alpha, round(s), x1, "max" if c1 < 0 else "min", x2,
+                         "min" if c2 > 0 else "max"))
     metrics["midpoint_is_max_step1_frac"] = max_cases / n_cases
     metrics["midpoint_is_min_step2_frac"] = min_cases / n_cases
-    table = ("| h | alpha | budget s | optimal eta1/s, step 1 | midpoint, step 1 "
-             "| optimal eta1/s, step 2 | midpoint, step 2 |\n|---|---|---|---|---|---|---|\n"
-             + "\n".join(rows))
+    table = markdown_table(("h", "alpha", "budget s", "optimal eta1/s, step 1", "midpoint, step 1",
+                            "optimal eta1/s, step 2", "midpoint, step 2"), rows)
 
     # Monte Carlo (surrogate and full GD, same draws) on the curves.
     max_z = 0.0
@@ -128,43 +132,38 @@ def _run(cfg, key):
             x2 = _f(ln.optimal_split(float(h), s, layers=3, steps=2))
             metrics[f"three_layer_optimal_split_step1_h{h}_c{c}"] = x1
             metrics[f"three_layer_optimal_split_step2_h{h}_c{c}"] = x2
-            rows3.append(f"| {h} | {s:.1f} | {x1:.3f} | {x2:.3f} |")
-    table3 = ("| h | budget s (3 layers) | optimal eta1/s, step 1 | optimal eta1/s, step 2 |\n"
-              "|---|---|---|---|\n" + "\n".join(rows3))
+            rows3.append((h, s, x1, x2))
+    table3 = markdown_table(("h", "budget s (3 layers)", "optimal eta1/s, step 1",
+                             "optimal eta1/s, step 2"), rows3)
 
     big = [c for c in fails2 if c[0] >= 512]
+    step1 = metrics["midpoint_is_max_step1_frac"]
     claims = [
-        {"metric": "midpoint_is_max_step1_frac", "ours": metrics["midpoint_is_max_step1_frac"],
-         "paper": "step 1: equal rates are suboptimal (unequal split minimises the test loss)",
-         "verdict": "reproduced" if metrics["midpoint_is_max_step1_frac"] == 1.0
-         else "not reproduced",
-         "note": "fraction of (h, alpha) cases where eta1 = eta2 is a local maximum at step 1; "
-                 "the step-1 optimum is the boundary (all budget on one layer)"},
-        {"metric": "midpoint_is_min_step2_frac", "ours": metrics["midpoint_is_min_step2_frac"],
-         "paper": "step 2: equal rates minimise the test loss",
-         "verdict": "reproduced" if not big else "not reproduced",
-         "note": ("holds for every case with h >= 512; "
-                  + (f"fails at (h, alpha) = {fails2} (midpoint a shallow local maximum)"
-                     if fails2 else "no exceptions in this grid"))},
-        {"metric": "official_onestep_formula_max_z",
-         "ours": metrics["official_onestep_formula_max_z"],
-         "paper": "(1 - s/h^2)^2 + 1/h + p^2/h^7",
-         "verdict": "not reproduced" if zo > 3 else "reproduced",
-         "baselines": {"corrected_onestep_formula_max_z": ze},
-         "note": "largest |MC - formula| / SE at small h; the corrected formula adds 2p/h^5"},
+        claim("midpoint_is_max_step1_frac", step1, paper=says("step1_optimal_rates_unequal"),
+              criterion="at step 1, eta1 = eta2 is a local maximum of the exact test loss along "
+                        "eta1/s at fixed budget in every (h, alpha) case of the grid (fraction 1)",
+              passed=step1 == 1.0,
+              note="fraction of (h, alpha) cases where eta1 = eta2 is a local maximum at step 1; "
+                   "the step-1 optimum is the boundary (all budget on one layer)"),
+        claim("midpoint_is_min_step2_frac", metrics["midpoint_is_min_step2_frac"],
+              paper=says("step2_optimal_rates_equal"),
+              criterion="at step 2, eta1 = eta2 is a local minimum in every case with h >= 512",
+              passed=not big,
+              note="holds for every case with h >= 512; "
+                   + (f"fails at (h, alpha) = {fails2} (midpoint a shallow local maximum)"
+                      if fails2 else "no exceptions in this grid")),
+        claim("official_onestep_formula_max_z", zo, paper=says("exact_closed_forms"),
+              criterion="the official code's one-step formula (1 - s/h^2)^2 + 1/h + p^2/h^7 is "
+                        "within 3 standard errors of Monte Carlo at every small-h test point",
+              passed=zo <= 3, baselines={"corrected_onestep_formula_max_z": ze},
+              note="largest |MC - formula| / SE at small h; the corrected formula adds 2p/h^5"),
     ]
     return {"metrics": metrics, "claims": claims, "data": data, "tables": [table, table3]}
 
 
 def plot(result: dict[str, Any], out_dir) -> list[pathlib.Path]:
     """Loss vs eta1 / s (theory lines, MC surrogate and full-GD markers), one panel per width."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir = pathlib.Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    plt = plotting.pyplot()
     data = result["data"]
     widths = sorted({c["h"] for c in data["curves"]})
     paths = []
@@ -195,8 +194,5 @@ def plot(result: dict[str, Any], out_dir) -> list[pathlib.Path]:
         axes[0][0].legend(fontsize=8, title="lines: exact theory; o: MC surrogate; x: full GD"
                           + ("; dotted: official" if steps == 1 else ""), title_fontsize=7)
         fig.tight_layout()
-        p = out_dir / f"layer_balancing_step{steps}.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(plotting.save(fig, out_dir, f"layer_balancing_step{steps}", tight=False))
     return paths

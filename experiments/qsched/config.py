@@ -5,6 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 
+# further configs `jaxpapers reproduce qsched --scale <name>` accepts
+EXTRA_SCALES = ("small_teacher",)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Digits (8x8) class-conditional EDM model, few-step sampler, W8/W4/W3 RTN, Q-Sched.

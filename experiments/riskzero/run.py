@@ -5,15 +5,20 @@
 
 from __future__ import annotations
 
+import functools
 import pathlib
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
+from jaxpapers.core import plotting, registry
+from jaxpapers.core.report import claim, markdown_table
+from jaxpapers.core.timing import Stopwatch
 from jaxpapers.search import envs, planning, risk, risk_gumbel_muzero_policy, riskzero
+
+says = functools.partial(registry.paper_says, "riskzero")
 
 PATH_NAMES = {0: "D", 1: "R"}
 # learner name -> (AgentConfig variant, risk level) given the experiment's alpha
@@ -40,7 +45,7 @@ def _policy_distribution(env, acts) -> tuple[np.ndarray, np.ndarray]:
                 break
             moves.append(int(a))
             s = int(ns[s, a])
-        z, pr = envs._path_distribution(env, moves)
+        z, pr = envs.path_distribution(env, moves)
         for zi, pi in zip(z, pr):
             dist[float(zi)] = dist.get(float(zi), 0.0) + pi * c / len(acts)
     z = np.array(sorted(dist))
@@ -140,20 +145,23 @@ def _learning_claim(cfg, metrics, curves, exact) -> dict:
         t = (rz.mean() - mz.mean()) / se if se > 0 else float("inf")
     n_opt, c_opt = _path_str(exact["neutral"]["path"]), _path_str(exact["cvar_opt"]["path"])
     mz_paths = [q["path"] for q in curves["muzero"]["paths"]]
-    return {
-        "metric": "learning/riskzero/exact_cvar25", "ours": float(rz.mean()),
-        "paper": "consistently outperforms risk-sensitive baselines / risk-neutral MuZero",
-        "verdict": "reproduced" if clear else "not reproduced",
-        "baselines": {n: metrics[f"learning/{n}/exact_cvar25"] for n in curves if n != "riskzero"},
-        "note": (f"rule: every RiskZero seed above every MuZero seed ({'met' if clear else 'not met'}). "
-                 f"Gap to MuZero {rz.mean() - mz.mean():+.2f} (Welch t = {t:.1f}) over "
-                 f"{len(rz)} seeds each after {cfg.learn_evals * cfg.learn_iters_per_eval} "
-                 f"iterations; exact CVaR of each seed's greedy policy: RiskZero "
-                 f"{np.round(rz, 3).tolist()} vs MuZero {np.round(mz, 3).tolist()}. MuZero seeds "
-                 f"on the mean-optimal path {n_opt}: {mz_paths.count(n_opt)}/{len(mz)}, on the "
-                 f"CVaR-optimal path {c_opt}: {mz_paths.count(c_opt)}/{len(mz)}; RiskZero on "
-                 f"{c_opt}: {[q['path'] for q in curves['riskzero']['paths']].count(c_opt)}/"
-                 f"{len(rz)}. Monte Carlo CVaRs (128 greedy episodes) are in the table.")}
+    return claim(
+        "learning/riskzero/exact_cvar25", float(rz.mean()),
+        paper=says("vs_risk_sensitive_baselines"),
+        criterion=("every RiskZero seed's exact CVaR_alpha (greedy policy after training) is "
+                   "strictly above every risk-neutral MuZero seed's (rule fixed before the "
+                   "150-iteration runs)"),
+        passed=clear,
+        baselines={n: metrics[f"learning/{n}/exact_cvar25"] for n in curves if n != "riskzero"},
+        note=(f"rule: every RiskZero seed above every MuZero seed ({'met' if clear else 'not met'}). "
+              f"Gap to MuZero {rz.mean() - mz.mean():+.2f} (Welch t = {t:.1f}) over "
+              f"{len(rz)} seeds each after {cfg.learn_evals * cfg.learn_iters_per_eval} "
+              f"iterations; exact CVaR of each seed's greedy policy: RiskZero "
+              f"{np.round(rz, 3).tolist()} vs MuZero {np.round(mz, 3).tolist()}. MuZero seeds "
+              f"on the mean-optimal path {n_opt}: {mz_paths.count(n_opt)}/{len(mz)}, on the "
+              f"CVaR-optimal path {c_opt}: {mz_paths.count(c_opt)}/{len(mz)}; RiskZero on "
+              f"{c_opt}: {[q['path'] for q in curves['riskzero']['paths']].count(c_opt)}/"
+              f"{len(rz)}. Monte Carlo CVaRs (128 greedy episodes) are in the table."))
 
 
 def run(config, key) -> dict:
@@ -168,17 +176,19 @@ def run(config, key) -> dict:
         "exact/cvar/mean": exact["cvar_opt"]["mean"], "exact/cvar/cvar25": exact["cvar_opt"]["cvar"],
         "exact/cvar_dp_history_dependent": dp,
     }
+    sw = Stopwatch()
     plan_rows = []
     jobs = [(lv, u) for lv in cfg.plan_leaf_values for u in ("neutral", "cvar")]
     keys = jax.random.split(k_plan, len(jobs))
     plan = {}
     for (lv, u), k in tqdm(list(zip(jobs, keys)), desc="planning"):
-        res = _plan(cfg, env, k, lv, u)
+        with sw(f"planning/{lv}/{u}"):
+            res = _plan(cfg, env, k, lv, u)
         plan[(lv, u)] = res
-        plan_rows.append(f"| {lv} | {u} | {res['mean']:.3f} | {res['cvar25']:.3f} | "
-                         f"{res['mc_mean']:.3f} | {res['mc_cvar25']:.3f} | "
-                         f"{res['top_path']} ({100 * res['top_path_frac']:.0f}%, "
-                         f"{res['num_paths']} paths) |")
+        plan_rows.append((lv, u, f"{res['mean']:.3f}", f"{res['cvar25']:.3f}",
+                          f"{res['mc_mean']:.3f}", f"{res['mc_cvar25']:.3f}",
+                          f"{res['top_path']} ({100 * res['top_path_frac']:.0f}%, "
+                          f"{res['num_paths']} paths)"))
         if lv == cfg.plan_leaf_values[0]:
             metrics[f"planning/{u}/mean"] = res["mean"]
             metrics[f"planning/{u}/cvar25"] = res["cvar25"]
@@ -200,13 +210,12 @@ def run(config, key) -> dict:
         fn = jax.jit(jax.vmap(lambda k: riskzero.train_agent(
             acfg, env, k, num_evals=cfg.learn_evals, iters_per_eval=cfg.learn_iters_per_eval,
             eval_episodes=cfg.learn_eval_episodes)))
-        t0 = time.perf_counter()
-        out = fn(jax.random.split(jax.random.fold_in(k_learn, len(curves)), cfg.learn_seeds))
-        mean, cv = np.asarray(out["mean"]), np.asarray(out["cvar"])  # [seeds, evals]
+        with sw(f"learning/{name}"):
+            out = fn(jax.random.split(jax.random.fold_in(k_learn, len(curves)), cfg.learn_seeds))
+            mean, cv = np.asarray(out["mean"]), np.asarray(out["cvar"])  # [seeds, evals]
         # in-training evaluations use the learner's own utility level ("cvar25" curves are
         # CVaR_level; level 1 = the mean for the neutral diagnostic)
-        curves[name] = {"mean": mean.tolist(), "cvar25": cv.tolist(), "level": level,
-                        "seconds": time.perf_counter() - t0}
+        curves[name] = {"mean": mean.tolist(), "cvar25": cv.tolist(), "level": level}
         paths = _learned_paths(acfg, env, out["params"], jax.random.fold_in(
             k_learn, 1000 + len(curves)), cfg.learn_eval_episodes, cfg.alpha)
         curves[name]["paths"] = paths
@@ -224,56 +233,57 @@ def run(config, key) -> dict:
     n_o, c_o = exact["neutral"]["mean"], exact["cvar_opt"]["cvar"]
     pn, pc = metrics["planning/neutral/mean"], metrics["planning/cvar/cvar25"]
     claims = [
-        {"metric": "planning/neutral/mean", "ours": pn, "paper": ">= 0.95 x exact optimum (issue)",
-         "verdict": "reproduced" if pn >= 0.95 * n_o else "not reproduced",
-         "baselines": {"exact optimum": n_o, "CVaR search": metrics["planning/cvar/mean"]},
-         "note": f"ratio {pn / n_o:.3f}; optimal path {_path_str(exact['neutral']['path'])}"},
-        {"metric": "planning/cvar/cvar25", "ours": pc, "paper": ">= 0.85 x exact CVaR optimum (issue)",
-         "verdict": "reproduced" if pc >= 0.85 * c_o else "not reproduced",
-         "baselines": {"exact optimum": c_o, "neutral search": metrics["planning/neutral/cvar25"],
-                       "history-dependent DP": dp},
-         "note": (f"ratio {pc / c_o:.3f}; optimal path {_path_str(exact['cvar_opt']['path'])}; "
-                  f"leaf values '{cfg.plan_leaf_values[0]}'. " + _leaf_note(cfg, metrics, c_o))},
+        claim("planning/neutral/mean", pn, paper=says("risk_guided_search"),
+              criterion=("control for the search machinery: the risk-neutral search with the "
+                         "true model reaches >= 0.95x the exact mean optimum"),
+              passed=pn >= 0.95 * n_o,
+              baselines={"exact optimum": n_o, "CVaR search": metrics["planning/cvar/mean"]},
+              note=f"ratio {pn / n_o:.3f}; optimal path {_path_str(exact['neutral']['path'])}"),
+        claim("planning/cvar/cvar25", pc, paper=says("risk_guided_search"),
+              criterion=("the CVaR search with the true model reaches >= 0.85x the exact "
+                         "CVaR_alpha optimum (enumeration of all paths)"),
+              passed=pc >= 0.85 * c_o,
+              baselines={"exact optimum": c_o, "neutral search": metrics["planning/neutral/cvar25"],
+                         "history-dependent DP": dp},
+              note=(f"ratio {pc / c_o:.3f}; optimal path {_path_str(exact['cvar_opt']['path'])}; "
+                    f"leaf values '{cfg.plan_leaf_values[0]}'. " + _leaf_note(cfg, metrics, c_o))),
     ]
     if "riskzero" in curves and "muzero" in curves:
         claims.append(_learning_claim(cfg, metrics, curves, exact))
-    header = ("| leaf values | search utility | mean (exact) | CVaR_0.25 (exact) | mean (MC) | "
-              "CVaR_0.25 (MC) | most frequent path |")
+    p_n, p_c = _path_str(exact["neutral"]["path"]), _path_str(exact["cvar_opt"]["path"])
     tables = [
-        "### Exact optima (enumeration of all 70 paths; history-dependent CVaR DP)\n\n"
-        "| objective | path | mean | CVaR_0.25 |\n|---|---|---|---|\n"
-        f"| mean | {_path_str(exact['neutral']['path'])} | {n_o:.3f} | "
-        f"{exact['neutral']['cvar']:.3f} |\n"
-        f"| CVaR_0.25 | {_path_str(exact['cvar_opt']['path'])} | {exact['cvar_opt']['mean']:.3f} | "
-        f"{c_o:.3f} |\n| CVaR_0.25 (DP, history-dependent) | - | - | {dp:.3f} |",
-        "### Planning with the true model\n\n" + header + "\n|---|---|---|---|---|---|---|\n"
-        + "\n".join(plan_rows),
+        markdown_table(("objective", "path", "mean", "CVaR_0.25"), [
+            ("mean", p_n, f"{n_o:.3f}", f"{exact['neutral']['cvar']:.3f}"),
+            ("CVaR_0.25", p_c, f"{exact['cvar_opt']['mean']:.3f}", f"{c_o:.3f}"),
+            ("CVaR_0.25 (DP, history-dependent)", "-", "-", f"{dp:.3f}")],
+            title="### Exact optima (enumeration of all 70 paths; history-dependent CVaR DP)"),
+        markdown_table(("leaf values", "search utility", "mean (exact)", "CVaR_0.25 (exact)",
+                        "mean (MC)", "CVaR_0.25 (MC)", "most frequent path"), plan_rows,
+                       title="### Planning with the true model"),
     ]
     if curves:
-        rows = [f"| {n} | {metrics[f'learning/{n}/exact_mean']:.3f} | "
-                f"{metrics[f'learning/{n}/exact_cvar25']:.3f} | {metrics[f'learning/{n}/mean']:.3f} | "
-                f"{metrics[f'learning/{n}/cvar25']:.3f} ± {metrics[f'learning/{n}/cvar25_seed_std']:.3f} "
-                f"| {_paths_cell(c['paths'])} "
-                f"| {c['seconds']:.0f} s |" for n, c in curves.items()]
-        tables.append("### Learning (final greedy policy per seed, mean over seeds)\n\n"
-                      "| agent | mean (exact) | CVaR_0.25 (exact) | mean (MC) | CVaR_0.25 (MC, ± seed "
-                      "std) | greedy path per seed (share of episodes) | wall time |\n"
-                      "|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+        rows = [(n, f"{metrics[f'learning/{n}/exact_mean']:.3f}",
+                 f"{metrics[f'learning/{n}/exact_cvar25']:.3f}",
+                 f"{metrics[f'learning/{n}/mean']:.3f}",
+                 f"{metrics[f'learning/{n}/cvar25']:.3f} ± "
+                 f"{metrics[f'learning/{n}/cvar25_seed_std']:.3f}",
+                 _paths_cell(c["paths"])) for n, c in curves.items()]
+        tables.append(markdown_table(
+            ("agent", "mean (exact)", "CVaR_0.25 (exact)", "mean (MC)",
+             "CVaR_0.25 (MC, ± seed std)", "greedy path per seed (share of episodes)"), rows,
+            title="### Learning (final greedy policy per seed, mean over seeds; wall times in "
+                  "the timings section)"))
     data = {"curves": curves, "iters_per_eval": cfg.learn_iters_per_eval, "alpha": cfg.alpha,
             "planning": {f"{lv}/{u}": v for (lv, u), v in plan.items()},
             "exact": {"neutral": exact["neutral"] | {"path": _path_str(exact["neutral"]["path"])},
                       "cvar": exact["cvar_opt"] | {"path": _path_str(exact["cvar_opt"]["path"])}}}
-    return {"metrics": metrics, "claims": claims, "data": data, "tables": tables}
+    return {"metrics": metrics, "claims": claims, "data": data, "tables": tables,
+            "timings": sw.seconds}
 
 
 def plot(result, out_dir) -> list[pathlib.Path]:
     """Planning bars (mean / CVaR vs exact) and learning curves."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir = pathlib.Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    plt = plotting.pyplot()
     m = result["metrics"]
     paths = []
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -290,10 +300,7 @@ def plot(result, out_dir) -> list[pathlib.Path]:
     ax.legend()
     ax.set_title("GridRisk: planning with the true model")
     fig.tight_layout()
-    p = out_dir / "planning.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(plotting.save(fig, out_dir, "planning", dpi=120, tight=False))
     curves = result.get("data", {}).get("curves", {})
     if curves:
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
@@ -312,8 +319,5 @@ def plot(result, out_dir) -> list[pathlib.Path]:
             ax.set_ylabel(key)
         axes[0].legend()
         fig.tight_layout()
-        p = out_dir / "learning.png"
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(plotting.save(fig, out_dir, "learning", dpi=120, tight=False))
     return paths

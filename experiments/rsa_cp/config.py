@@ -56,7 +56,7 @@ def full() -> Config:
 
 
 def tiny() -> Config:
-    """For the test suite: one setting, two sizes, few splits."""
-    return Config(n_cals=(10, 20), alphas=(0.05,), n_splits=400, n_test=50, n_ref=300,
+    """Seconds: the whole pipeline (one setting, two sizes, few splits; numbers meaningless)."""
+    return Config(n_cals=(20, 40), alphas=(0.05,), n_splits=400, n_test=50, n_ref=300,
                   settings=("lognormal",), references=("clean",), real_datasets=("diabetes",),
                   real_n_cals=(20,), real_n_splits=200)

@@ -16,6 +16,7 @@ Real data: sklearn's bundled sets, reference = out-of-fold scores on the trainin
 
 from __future__ import annotations
 
+import functools
 import math
 import pathlib
 from typing import Any
@@ -26,6 +27,10 @@ import numpy as np
 
 from experiments.rsa_cp.config import Config
 from jaxpapers import conformal as cp
+from jaxpapers.core import plotting, registry
+from jaxpapers.core.report import claim, markdown_table
+
+says = functools.partial(registry.paper_says, "rsa_cp")
 
 METHODS = ("split", "rsacp", "rsacp_noclamp", "rsacp_guard")
 
@@ -212,11 +217,10 @@ def real_data(cfg: Config, key) -> dict[str, dict]:
 
 # ----------------------------------------------------------------------------- driver
 def _table(name: str, cells: dict, alpha: float | None) -> str:
-    head = "| n | " + " | ".join(f"{m} cov (SE) | {m} width" for m in METHODS) + " |"
-    lines = [f"**{name}**" + (f" (target coverage {1 - alpha:g})" if alpha else ""), "",
-             head, "|---" * (1 + 2 * len(METHODS)) + "|"]
+    header = ["n"] + [h for m in METHODS for h in (f"{m} cov (SE)", f"{m} width")]
+    rows = []
     for m, row in sorted(cells.items()):
-        parts = [str(m)]
+        parts: list[Any] = [m]
         for meth in METHODS:
             r = row[meth]
             flag = ""
@@ -229,8 +233,9 @@ def _table(name: str, cells: dict, alpha: float | None) -> str:
             else:
                 wtxt = f"inf ({r['frac_inf']:.0%} inf; finite mean {r['width_finite_mean']:.3g})"
             parts += [f"{r['coverage']:.3f} ({r['coverage_se']:.3f}){flag}", wtxt]
-        lines.append("| " + " | ".join(parts) + " |")
-    return "\n".join(lines)
+        rows.append(parts)
+    title = f"**{name}**" + (f" (target coverage {1 - alpha:g})" if alpha else "")
+    return markdown_table(header, rows, title=title)
 
 
 def _alpha_of(cell_name: str) -> float:
@@ -266,15 +271,18 @@ def run(config: Config, key) -> dict[str, Any]:
                         ratios.append(r["rsacp"]["width"] / r["split"]["width"])
         shorter = float(np.mean(np.array(ratios) < 1.0)) if ratios else float("nan")
         metrics[f"width_ratio/rsacp/{head_setting}/n{head_n}"] = ratio
-        claims.append({
-            "metric": f"width_ratio/rsacp/{head_setting}/n{head_n}",
-            "ours": ratio, "paper": "consistently shorter prediction intervals",
-            "verdict": "reproduced" if ratio <= 0.85 and shorter == 1.0 else "not reproduced",
-            "baselines": {"split CP width": row["split"]["width"],
-                          "RSA-CP width": row["rsacp"]["width"]},
-            "note": (f"RSA-CP / split CP mean width = {ratio:.3f} at the headline cell; shorter "
-                     f"in {shorter:.0%} of clean-reference cells with finite split CP width. "
-                     "The shortening comes with below-target coverage (next claim).")})
+        claims.append(claim(
+            f"width_ratio/rsacp/{head_setting}/n{head_n}", ratio,
+            paper=says("interval_length_vs_standard_cp"),
+            criterion=(f"RSA-CP / split CP mean width <= 0.85 at {head_setting}, n = {head_n}, "
+                       "and RSA-CP shorter in every clean-reference cell with finite split CP "
+                       "width"),
+            passed=ratio <= 0.85 and shorter == 1.0,
+            baselines={"split CP width": row["split"]["width"],
+                       "RSA-CP width": row["rsacp"]["width"]},
+            note=(f"RSA-CP / split CP mean width = {ratio:.3f} at the headline cell; shorter "
+                  f"in {shorter:.0%} of clean-reference cells with finite split CP width. "
+                  "The shortening comes with below-target coverage (next claim).")))
     worst = None
     n_below = n_cells = 0
     for s, cells in sim.items():
@@ -291,33 +299,34 @@ def run(config: Config, key) -> dict[str, Any]:
         gap, s, m, cov, cov_split = worst
         metrics["cells_below_target/rsacp"] = n_below
         metrics["cells_total"] = n_cells
-        claims.append({
-            "metric": f"coverage/rsacp/{s}/n{m}", "ours": cov,
-            "paper": "finite-sample coverage maintained, no assumptions on reference scores",
-            "verdict": "reproduced" if n_below == 0 else "not reproduced",
-            "baselines": {"split CP coverage": cov_split, "target 1 - alpha": 1 - _alpha_of(s)},
-            "note": (f"Worst cell shown. RSA-CP (released procedure) is below 1 - alpha by more than 3 SE in "
-                     f"{n_below}/{n_cells} simulation cells. Cause: the barycentric map sends "
-                     "S_(i) to the reference quantile at (i - 1/2)/M instead of i/(M + 1), so "
-                     "the threshold sits at real rank (1 - alpha) M + 1/2; coverage ~ "
-                     "((1 - alpha) M + 1/2)/(M + 1) (0.864 at M = 10, alpha = 0.1). The end "
-                     "clamp is not the cause (rsacp_noclamp gives the same numbers).")})
+        claims.append(claim(
+            f"coverage/rsacp/{s}/n{m}", cov, paper=says("coverage_guarantee"),
+            criterion=("RSA-CP (the released procedure) is not below 1 - alpha by more than 3 "
+                       "standard errors in any simulation cell (worst cell shown)"),
+            passed=n_below == 0,
+            baselines={"split CP coverage": cov_split, "target 1 - alpha": 1 - _alpha_of(s)},
+            note=(f"Worst cell shown. RSA-CP (released procedure) is below 1 - alpha by more than 3 SE in "
+                  f"{n_below}/{n_cells} simulation cells. Cause: the barycentric map sends "
+                  "S_(i) to the reference quantile at (i - 1/2)/M instead of i/(M + 1), so "
+                  "the threshold sits at real rank (1 - alpha) M + 1/2; coverage ~ "
+                  "((1 - alpha) M + 1/2)/(M + 1) (0.864 at M = 10, alpha = 0.1). The end "
+                  "clamp is not the cause (rsacp_noclamp gives the same numbers).")))
         g_below = sum(1 for s, cells in sim.items() for m, r in cells.items()
                       if r["rsacp_guard"]["coverage"] < 1 - _alpha_of(s)
                       - 3 * r["rsacp_guard"]["coverage_se"])
         g_shorter = [r["rsacp_guard"]["width"] / r["split"]["width"] for cells in sim.values()
                      for r in cells.values() if math.isfinite(r["split"]["width"])]
         metrics["cells_below_target/rsacp_guard"] = g_below
-        claims.append({
-            "metric": "cells_below_target/rsacp_guard", "ours": g_below,
-            "paper": "finite-sample coverage maintained, no assumptions on reference scores",
-            # our variant, not the paper's method: it cannot reproduce or refute the claim
-            "verdict": "not comparable",
-            "baselines": {"min width ratio rsacp_guard / split":
-                          float(np.min(g_shorter)) if g_shorter else float("nan")},
-            "note": ("Our guarded variant (not in the paper) keeps coverage for every reference, "
-                     "but its width is never below split CP's: the guarantee and the "
-                     "shortening cannot both hold for this procedure.")})
+        claims.append(claim(
+            "cells_below_target/rsacp_guard", g_below, paper=says("coverage_guarantee"),
+            criterion=("our guarded variant (not the paper's method: it cannot reproduce or "
+                       "refute the claim): cells below 1 - alpha by more than 3 SE"),
+            passed=None,
+            baselines={"min width ratio rsacp_guard / split":
+                       float(np.min(g_shorter)) if g_shorter else float("nan")},
+            note=("Our guarded variant (not in the paper) keeps coverage for every reference, "
+                  "but its width is never below split CP's: the guarantee and the "
+                  "shortening cannot both hold for this procedure.")))
 
     tables = [_table(s, cells, _alpha_of(s)) for s, cells in sim.items()]
     tables += [_table(s, cells, _alpha_of(s)) for s, cells in real.items()]
@@ -331,13 +340,7 @@ def run(config: Config, key) -> dict[str, Any]:
 
 def plot(result: dict, out_dir) -> list[pathlib.Path]:
     """Coverage and width ratio vs n for every simulation setting."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    plt = plotting.pyplot()
     sim = result["data"]["simulation"]
     names = sorted(sim)
     fig, axes = plt.subplots(2, max(1, len(names)), figsize=(3.2 * max(1, len(names)), 6),
@@ -364,24 +367,4 @@ def plot(result: dict, out_dir) -> list[pathlib.Path]:
     axes[1, 0].set_ylabel("width / split CP width")
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
-    path = out / "rsa_cp_coverage_width.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
-
-
-def main() -> None:  # pragma: no cover - CLI convenience
-    import json
-    import time
-
-    from experiments.rsa_cp import config as cfg_mod
-
-    t0 = time.perf_counter()
-    res = run(cfg_mod.small(), jax.random.key(0))
-    print(json.dumps(res["claims"], indent=2))
-    print("\n\n".join(res["tables"]))
-    print(f"wall {time.perf_counter() - t0:.1f}s")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+    return [plotting.save(fig, out_dir, "rsa_cp_coverage_width", tight=False)]

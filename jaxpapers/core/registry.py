@@ -20,6 +20,8 @@ __all__ = [
     "get",
     "ids",
     "paper_facts",
+    "paper_says",
+    "paper_statements",
     "third_party_dir",
     "UnknownPaperError",
 ]
@@ -144,6 +146,38 @@ def paper_facts(pid: str) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"malformed paper facts file {path}: {e}") from e
+
+
+def _statement(c: dict[str, Any]) -> str:
+    """The paper's words of one ``[[claims]]`` entry: ``quote`` (verbatim from the paper) if
+    present, else ``paper`` when it is text, else ``text`` (which carries the number)."""
+    for field in ("quote", "paper", "text"):
+        v = c.get(field)
+        if isinstance(v, str) and v.strip():
+            return v
+    raise ValueError(f"claim {c.get('metric')!r} has no quote, paper or text")
+
+
+def paper_says(pid: str, claim: str) -> str:
+    """What paper ``pid`` says for its claim ``claim`` (a ``metric`` in its TOML's ``[[claims]]``).
+
+    Experiments put this in a claim's ``paper`` field, so the report quotes the paper and never
+    our own threshold (that goes in ``criterion``).
+
+    Raises:
+      UnknownPaperError: unknown ``pid``. KeyError: no such claim (the message lists them).
+    """
+    claims = paper_facts(pid).get("claims", [])
+    for c in claims:
+        if c.get("metric") == claim:
+            return _statement(c)
+    known = ", ".join(str(c.get("metric")) for c in claims) or "none"
+    raise KeyError(f"third_party/papers/{pid}.toml has no claim {claim!r}; its claims: {known}")
+
+
+def paper_statements(pid: str) -> tuple[str, ...]:
+    """Every statement :func:`paper_says` can return for ``pid`` (for validating reports)."""
+    return tuple(_statement(c) for c in paper_facts(pid).get("claims", []))
 
 
 def get(pid: str) -> Paper:

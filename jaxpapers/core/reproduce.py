@@ -4,9 +4,15 @@ This is the one place in the library that loads ``experiments/`` — by name, th
 the command-line boundary — so the capability modules never depend on experiments.
 An experiment package ``experiments.<id>`` provides:
 
-* ``config.py``: ``small() -> Config`` and ``full() -> Config`` (frozen dataclasses);
+* ``config.py``: ``tiny()``, ``small()`` and ``full()`` returning a frozen ``Config`` dataclass,
+  and optionally ``EXTRA_SCALES = ("name", ...)``: further config functions that ``--scale``
+  accepts for this paper (e.g. a sweep);
 * ``run.py``: ``run(config, key) -> result`` (see :mod:`jaxpapers.core.report`) and
   ``plot(result, out_dir) -> list[pathlib.Path]`` writing at least one PNG.
+
+Scales: ``tiny`` runs the whole pipeline in seconds (its numbers mean nothing; the default tests
+run it for every implemented paper), ``small`` is minutes on a laptop CPU, ``full`` is the
+paper's setting for an accelerator.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from typing import Any
 
 from jaxpapers.core import registry, report
 
-__all__ = ["SCALES", "Outcome", "NotReproducibleError", "reproduce", "load_experiment"]
+__all__ = ["SCALES", "Outcome", "NotReproducibleError", "reproduce", "load_experiment",
+           "scales_of", "check_claims_quote_paper"]
 
-SCALES = ("small", "full")
+SCALES = ("tiny", "small", "full")
 
 
 class NotReproducibleError(RuntimeError):
@@ -57,6 +64,30 @@ def load_experiment(pid: str) -> tuple[Any, Any]:
     return cfg_mod, run_mod
 
 
+def scales_of(cfg_mod: Any) -> tuple[str, ...]:
+    """The config names an experiment accepts: :data:`SCALES` plus its ``EXTRA_SCALES``."""
+    return SCALES + tuple(getattr(cfg_mod, "EXTRA_SCALES", ()))
+
+
+def check_claims_quote_paper(pid: str, claims: list[dict[str, Any]]) -> None:
+    """Every claim's ``paper`` must be one of the paper's statements in its TOML file.
+
+    This keeps our thresholds out of the "paper" column: they belong in ``criterion``.
+
+    Raises:
+      ValueError: naming the claim whose ``paper`` is not the paper's words.
+    """
+    statements = registry.paper_statements(pid)
+    if not statements:  # no third_party facts available (e.g. a wheel install): nothing to check
+        return
+    for i, c in enumerate(claims):
+        if c["paper"] not in statements:
+            raise ValueError(
+                f"claims[{i}] ({c['metric']!r}): 'paper' must be the paper's words from "
+                f"third_party/papers/{pid}.toml (registry.paper_says); got {c['paper']!r}. Our "
+                "own thresholds go in 'criterion'.")
+
+
 def reproduce(pid: str, *, scale: str = "small", out_dir: str | pathlib.Path = "results",
               seed: int = 0) -> Outcome:
     """Run paper ``pid``'s experiment at ``scale`` with ``jax.random.key(seed)``.
@@ -69,10 +100,10 @@ def reproduce(pid: str, *, scale: str = "small", out_dir: str | pathlib.Path = "
     """
     import jax
 
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     paper = registry.with_facts(registry.get(pid))
     cfg_mod, run_mod = load_experiment(pid)
+    if scale not in scales_of(cfg_mod):
+        raise ValueError(f"scale must be one of {scales_of(cfg_mod)} for {pid}, got {scale!r}")
     config = getattr(cfg_mod, scale)()
     dest = pathlib.Path(out_dir) / pid
     dest.mkdir(parents=True, exist_ok=True)
@@ -80,6 +111,7 @@ def reproduce(pid: str, *, scale: str = "small", out_dir: str | pathlib.Path = "
     result = run_mod.run(config, jax.random.key(seed))
     wall = time.perf_counter() - t0
     norm = report.validate_result(result)  # fail before plotting if malformed
+    check_claims_quote_paper(pid, norm["claims"])
     plots = [pathlib.Path(p) for p in run_mod.plot(result, dest)]
     if not plots or not all(p.suffix == ".png" and p.is_file() for p in plots):
         raise ValueError(f"experiment {pid!r}: plot() must write at least one PNG, got {plots}")

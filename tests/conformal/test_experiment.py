@@ -28,7 +28,7 @@ def test_tiny_run_reports_shorter_but_undercovering_rsacp(tmp_path):
     # the guarded variant restores coverage and equals split CP's width
     assert m[f"coverage/rsacp_guard/{key}"] >= 0.95 - 3 * m[f"coverage_se/split/{key}"]
     assert math.isclose(m[f"width/rsacp_guard/{key}"], split_w, rel_tol=1e-6)
-    verdicts = {c["metric"].split(" ")[0]: c["verdict"] for c in res["claims"]}
+    verdicts = {c["metric"]: c["verdict"] for c in res["claims"]}
     assert verdicts[f"coverage/rsacp/{key}"] == "not reproduced"
     paths = run.plot(res, tmp_path)
     assert paths and all(p.suffix == ".png" and p.stat().st_size > 0 for p in paths)

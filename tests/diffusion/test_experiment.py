@@ -1,6 +1,6 @@
 """The Q-Sched experiment on its tiny config: direction of the findings, with numbers.
 
-Measured on tiny() (consistency student, 4 steps, seed 0): FP plain FID 3.99, W4 plain 4.87
+Measured on the DIRECTIONS config below (the former tiny(): consistency student, 4 steps, seed 0): FP plain FID 3.99, W4 plain 4.87
 (quantization hurts), W4 + Q-Sched 2.32 (0.58x FP plain; the paper's bar is 0.85x), FP +
 Q-Sched 1.97 (the coefficients also fix the few-step sampler itself), Spearman(JAQ, FID) -0.91
 over the 7 x 7 grid, and blurred digits score lower quality than real ones (-14.6 vs -0.46).
@@ -14,13 +14,18 @@ import math
 import jax
 import pytest
 
-from experiments.qsched import config, run
+from experiments.qsched import config, model, run, scorers
 from jaxpapers.core.report import validate_result
+
+# big enough for the directions to show (config.tiny() is smaller: it only runs the pipeline)
+DIRECTIONS = config.Config(train_steps=1500, distill_steps=800, steps=(4,),
+                           precisions=("fp", "w4"), grid_size=7, n_eval=500, seeds=2,
+                           spearman_samples=128, ablations=False)
 
 
 @pytest.fixture(scope="module")
 def tiny_result():
-    return run.run(config.tiny(), jax.random.key(0))
+    return run.run(DIRECTIONS, jax.random.key(0))
 
 
 @pytest.mark.slow
@@ -65,26 +70,27 @@ def test_scorers_on_real_digits():
     import jax.numpy as jnp
 
     cfg = config.tiny()
-    x_tr, y_tr, x_ho, y_ho = run.load_digits(cfg)
+    x_tr, y_tr, x_ho, y_ho = scorers.load_digits(cfg.test_fraction, seed=0)
     assert x_tr.min() >= -1.0 and x_tr.max() <= 1.0 and len(x_ho) > 500
-    quality = run.fit_quality(x_tr)
+    quality = scorers.fit_quality(x_tr)
     xr = jnp.asarray(x_ho)  # rows the Gaussian never saw
     q_real = float(quality(xr).mean())
-    q_blur = float(quality(run.blur(xr)).mean())
+    q_blur = float(quality(scorers.blur(xr)).mean())
     q_noise = float(quality(jnp.clip(xr + 0.3 * jax.random.normal(jax.random.key(0), xr.shape),
                                      -1, 1)).mean())
     assert q_blur < q_real - 1.0 and q_noise < q_real  # does not reward blur (nor noise)
-    align, acc = run.fit_alignment(x_tr, y_tr, cfg.temperature)
+    align, acc = scorers.fit_alignment(x_tr, y_tr, cfg.temperature)
     assert acc > 0.95
     a_true = float(align(xr, jnp.asarray(y_ho)).mean())
     a_wrong = float(align(xr, jnp.asarray((y_ho + 1) % 10)).mean())
     assert a_true > a_wrong + 1.0
-    feats, clf = run.fit_fid_features(x_ho, y_ho)
+    feats, clf = scorers.fit_fid_features(x_ho, y_ho, seed=0)
     assert clf.score(x_tr, y_tr) > 0.9  # the independent classifier generalises to train rows
     f_tr = feats(jnp.asarray(x_tr))
     half = len(x_tr) // 2
-    fid_real = run.frechet(f_tr[:half], run._stats(f_tr[half:]))
-    fid_blur = run.frechet(feats(run.blur(jnp.asarray(x_tr[:half]))), run._stats(f_tr[half:]))
+    fid_real = scorers.frechet(f_tr[:half], scorers.feature_stats(f_tr[half:]))
+    fid_blur = scorers.frechet(feats(scorers.blur(jnp.asarray(x_tr[:half]))),
+                               scorers.feature_stats(f_tr[half:]))
     assert fid_blur > 3 * fid_real
 
 
@@ -94,9 +100,9 @@ def test_packed_model_bytes_arithmetic():
     from jaxpapers import quant
 
     p = {"kernel": jnp.ones((32, 16)), "bias": jnp.ones((16,))}
-    assert run.packed_model_bytes(p) == (32 * 16 + 16) * 4
+    assert model.packed_model_bytes(p) == (32 * 16 + 16) * 4
     for prec, bits in (("w8", 8), ("w4", 4), ("w3", 3)):
-        q = run.quantize_weights(p, prec, 16)
+        q = model.quantize_weights(p, prec, 16)
         assert isinstance(q["kernel"], quant.QuantizedArray)
         expect = math.ceil(32 * 16 * bits / 8) + 2 * 16 * 4 + 16 * 4
-        assert run.packed_model_bytes(q) == expect
+        assert model.packed_model_bytes(q) == expect

@@ -72,6 +72,7 @@ def full() -> Config:
 
 
 def tiny() -> Config:
-    """For the test of the experiment (under a minute): plain MLP vs coupling net at depth 16."""
-    return Config(archs=("mlp", "coupled"), depths=(16,), steps=200, batch_size=32, eval_n=30,
-                  deriv_depths=(16,), deriv_points=16, time_archs=())
+    """Seconds: every stage with shallow, narrow nets and a few steps (numbers meaningless)."""
+    return Config(archs=("mlp", "coupled"), depths=(2,), width=8, steps=10, batch_size=16,
+                  eval_n=12, deriv_depths=(2,), deriv_width=8, deriv_points=8, spectra_points=2,
+                  time_archs=("mlp",), time_depth=2, time_steps=4, time_batch=16)

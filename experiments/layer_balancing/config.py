@@ -46,7 +46,7 @@ def full() -> Config:
 
 
 def tiny() -> Config:
-    """For the test of the experiment (seconds)."""
+    """Seconds: the whole pipeline at one width (also the direction test's config)."""
     return Config(widths=(512,), alphas=(1.25, 1.5), num_fracs=21, mc_widths=(),
                   check_widths=(8,), check_draws=1000, gap_widths=(),
                   three_layer_budgets=(2.0,))

@@ -32,6 +32,7 @@ class Config:
       spearman_samples: samples per grid point for the JAQ-FID rank correlation.
       wide_box: the ablation's wider grid box.
       grad_iters, grad_lr: projected-gradient calibration (Adam).
+      fid_iters: training iterations of the FID feature classifier (sklearn MLP).
       ablations: run the wide-box and gradient ablations.
     """
 
@@ -63,6 +64,7 @@ class Config:
     grad_iters: int = 60
     grad_lr: float = 0.02
     ablations: bool = True
+    fid_iters: int = 500
 
 
 def small() -> Config:
@@ -82,6 +84,7 @@ def full() -> Config:
 
 
 def tiny() -> Config:
-    """For the test suite: 4 steps, FP and W4, a 7 x 7 grid, short training."""
-    return Config(train_steps=1500, distill_steps=800, steps=(4,), precisions=("fp", "w4"),
-                  grid_size=7, n_eval=500, seeds=2, spearman_samples=128, ablations=False)
+    """Seconds: every stage of the pipeline on a tiny model (numbers meaningless)."""
+    return Config(train_steps=60, distill_steps=30, batch_size=64, hidden=32, depth=2,
+                  steps=(4,), precisions=("fp", "w4"), grid_size=3, calib_per_class=1,
+                  n_eval=64, seeds=2, spearman_samples=16, grad_iters=2, fid_iters=20)

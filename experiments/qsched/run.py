@@ -62,7 +62,8 @@ class _Ctx:
             self.x_train, self.y_train = x_tr, y_tr
             self.align, self.align_acc = fit_alignment(x_tr, y_tr, cfg.temperature)
             self.quality = fit_quality(x_tr)
-            self.features, fid_clf = fit_fid_features(x_ho, y_ho, rng.numpy_seed(k_fid))
+            self.features, fid_clf = fit_fid_features(x_ho, y_ho, rng.numpy_seed(k_fid),
+                                                      max_iter=cfg.fid_iters)
             self.fid_acc_on_train = float(fid_clf.score(x_tr, y_tr))
             self.ref_stats = feature_stats(self.features(jnp.asarray(x_tr)))
             half = len(x_tr) // 2

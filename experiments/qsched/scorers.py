@@ -78,12 +78,18 @@ def fit_alignment(x: np.ndarray, y: np.ndarray, temperature: float):
     return align, float(clf.score(x, y))
 
 
-def fit_fid_features(x: np.ndarray, y: np.ndarray, seed: int):
+def fit_fid_features(x: np.ndarray, y: np.ndarray, seed: int, max_iter: int = 500):
     """MLP classifier on held-out rows -> pure ``features(images) -> [B, 64]`` (and its acc.)."""
     from sklearn.neural_network import MLPClassifier
 
-    clf = MLPClassifier(hidden_layer_sizes=(128, 64), max_iter=500, random_state=seed)
-    clf.fit(x, y)
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    clf = MLPClassifier(hidden_layer_sizes=(128, 64), max_iter=max_iter, random_state=seed)
+    with warnings.catch_warnings():  # short fits (tiny configs) stop early on purpose
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(x, y)
     ws = [jnp.asarray(w, jnp.float32) for w in clf.coefs_[:2]]
     bs = [jnp.asarray(b, jnp.float32) for b in clf.intercepts_[:2]]
 

@@ -54,8 +54,10 @@ def full() -> Config:
 
 
 def tiny() -> Config:
-    """For the test: planning only matters; learning is a smoke run."""
-    return Config(plan_episodes=128, plan_samples=128, plan_leaf_values=("greedy",), learn_variants=("muzero",),
-                  learn_seeds=2, learn_simulations=4, learn_samples=16, learn_envs=4,
-                  learn_evals=1, learn_iters_per_eval=2, learn_eval_episodes=16,
-                  learn_updates_per_iter=2, learn_batch_size=16)
+    """Seconds: planning and both learners of the claim, a couple of iterations (numbers
+    meaningless)."""
+    return Config(num_quantiles=8, plan_episodes=16, plan_simulations=4, plan_samples=16,
+                  plan_leaf_values=("greedy",), learn_variants=("riskzero", "muzero"),
+                  learn_seeds=2, learn_simulations=2, learn_samples=8, learn_envs=2,
+                  learn_evals=1, learn_iters_per_eval=1, learn_eval_episodes=4,
+                  learn_updates_per_iter=1, learn_batch_size=4)

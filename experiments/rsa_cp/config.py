@@ -56,7 +56,7 @@ def full() -> Config:
 
 
 def tiny() -> Config:
-    """Seconds: the whole pipeline (one setting, two sizes, few splits; numbers meaningless)."""
-    return Config(n_cals=(20, 40), alphas=(0.05,), n_splits=400, n_test=50, n_ref=300,
+    """Seconds: one setting, one size, few splits (numbers meaningless)."""
+    return Config(n_cals=(20,), alphas=(0.1,), n_splits=64, n_test=16, n_ref=64,
                   settings=("lognormal",), references=("clean",), real_datasets=("diabetes",),
-                  real_n_cals=(20,), real_n_splits=200)
+                  real_n_cals=(20,), real_n_splits=32)

@@ -46,8 +46,8 @@ def full() -> Config:
 
 
 def tiny() -> Config:
-    """For the test: one small setting, short horizon."""
-    return Config(num_rounds=1200, num_seeds=4, settings=(("tiny", 2, 4, 3, 2.0, "logistic"),),
-                  beta_scales=(0.1,),
-                  timing_slots=(3, 4), enum_max_slots=4, timing_repeats=3, icl_rounds=300,
-                  icl_seeds=2)
+    """Seconds: every stage on one small setting, a short horizon (numbers meaningless)."""
+    return Config(num_rounds=120, num_seeds=2, settings=(("tiny", 2, 3, 2, 2.0, "logistic"),),
+                  beta_scales=(), flat_max_arms=0, timing_slots=(3, 4), enum_max_slots=4,
+                  timing_repeats=1, icl_rounds=40, icl_seeds=1, icl_slots=2, icl_pool=3,
+                  icl_dim=4)

@@ -9,7 +9,13 @@ import pytest
 
 from experiments.binarypc import config, run
 
-FAST = dataclasses.replace(config.tiny(), methods=("binarypc64", "simhash64", "oracle",
+# the directions need more than config.tiny() (which only runs the pipeline)
+DIRECTIONS = config.Config(
+    lm_preset="tiny", dense_layers=1, context=96, n_queries=16, n_seqs=4, bpb_context=127,
+    bpb_decode=24, bpb_seqs=8, bpb_batch=16, needle_seqs=4,
+    methods=("binarypc64", "simhash64", "simhash64_hamming", "quest", "oracle", "random"),
+    decode_methods=("binarypc64", "simhash64", "quest", "oracle", "random"), num_tables=30)
+FAST = dataclasses.replace(DIRECTIONS, methods=("binarypc64", "simhash64", "oracle",
                                                     "random"),
                            decode_methods=("binarypc64",),
                            n_seqs=2, bpb_seqs=4, needle_seqs=2)
@@ -40,11 +46,11 @@ def test_fast_tiny_run_orders_the_methods(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_config_reports_every_metric():
-    res = run.run(config.tiny(), jax.random.key(0))
+    res = run.run(DIRECTIONS, jax.random.key(0))
     m = res["metrics"]
-    for meth in config.tiny().methods:
+    for meth in DIRECTIONS.methods:
         for b in ("3pct", "6pct", "12pct"):
             assert 0.0 <= m[f"recall/{meth}/{b}"] <= 1.0
-    for meth in config.tiny().decode_methods:
+    for meth in DIRECTIONS.decode_methods:
         assert m[f"bpb/{meth}/6pct"] > 0
     assert m["recall/oracle/12pct"] >= m["recall/quest/12pct"]

@@ -9,9 +9,16 @@ import pytest
 from experiments.slate_glm import config, run
 
 
+# the directions need more than config.tiny() (which only runs the pipeline)
+DIRECTIONS = config.Config(num_rounds=1200, num_seeds=4,
+                           settings=(("tiny", 2, 4, 3, 2.0, "logistic"),), beta_scales=(0.1,),
+                           timing_slots=(3, 4), enum_max_slots=4, timing_repeats=3,
+                           icl_rounds=300, icl_seeds=2)
+
+
 @pytest.mark.slow
 def test_tiny_run_directions(tmp_path):
-    res = run.run(config.tiny(), jax.random.key(0))
+    res = run.run(DIRECTIONS, jax.random.key(0))
     m = res["metrics"]
     # limited adaptivity: counts within the bounds (deterministic)
     assert m["switches/b_slateglincb"] <= m["switch_bound/b_slateglincb"]

@@ -67,7 +67,7 @@ def _fake_experiment(monkeypatch, *, fail=False):
             raise RuntimeError("diverged")
         x = float(jax.random.uniform(key))
         return {"metrics": {"x": x, "n": config.n},
-                "claims": [{"metric": "x", "ours": x, "paper": 0.5,
+                "claims": [{"metric": "x", "ours": x, "paper": 0.5, "criterion": "x < 1",
                             "verdict": "reproduced" if x < 1 else "not reproduced"}]}
 
     def plot(result, out_dir):

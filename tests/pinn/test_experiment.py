@@ -9,9 +9,14 @@ from experiments.coupling_pinn import config, run
 from jaxpapers.core.report import validate_result
 
 
+# the direction needs more than config.tiny() (which only runs the pipeline)
+DIRECTIONS = config.Config(archs=("mlp", "coupled"), depths=(16,), steps=200, batch_size=32,
+                           eval_n=30, deriv_depths=(16,), deriv_points=16, time_archs=())
+
+
 @pytest.mark.slow  # ~50 s on 2 cores (two compiles of depth-16 training steps)
 def test_tiny_run_direction(tmp_path):
-    res = run.run(config.tiny(), jax.random.key(0))
+    res = run.run(DIRECTIONS, jax.random.key(0))
     validate_result(res)
     m = res["metrics"]
     for name in ("rel_l2/mlp/depth16", "rel_l2/coupled/depth16", "deriv_norm_init/mlp/depth16",

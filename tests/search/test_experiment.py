@@ -7,9 +7,17 @@ from experiments.riskzero import config, run
 from jaxpapers.core.report import validate_result
 
 
+# the directions need more than config.tiny() (which only runs the pipeline)
+DIRECTIONS = config.Config(plan_episodes=128, plan_samples=128, plan_leaf_values=("greedy",),
+                           learn_variants=("muzero",), learn_seeds=2, learn_simulations=4,
+                           learn_samples=16, learn_envs=4, learn_evals=1, learn_iters_per_eval=2,
+                           learn_eval_episodes=16, learn_updates_per_iter=2,
+                           learn_batch_size=16)
+
+
 @pytest.mark.slow  # ~50 s cold on 2 cores (three learners compile); run with -m slow
 def test_tiny_run_direction(tmp_path):
-    res = run.run(config.tiny(), jax.random.key(0))
+    res = run.run(DIRECTIONS, jax.random.key(0))
     validate_result(res)
     m = res["metrics"]
     for name in ("planning/neutral/mean", "planning/neutral/cvar25", "planning/cvar/mean",

@@ -1,0 +1,110 @@
+"""Every implemented paper end to end at ``--scale tiny``, in fresh processes (issues 16 and 17).
+
+Two ``jaxpapers reproduce all --scale tiny`` processes run side by side: one with the machine's
+default threading, one pinned to a single CPU with XLA's multi-threaded Eigen switched off. The
+first must write a valid report for every implemented paper (pipeline real, numbers
+meaningless); the two must write identical ``metrics.json`` metrics and claims (wall-clock
+``timings`` excepted), or the failure names the paper and the metric that moved.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from jaxpapers.core import registry, report
+
+IMPLEMENTED = [p.id for p in registry.PAPERS if p.status is registry.Status.IMPLEMENTED]
+ONE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false"
+# papers whose tiny metrics legitimately depend on the thread count, with the reason (their
+# README says so too); none at present
+THREAD_DEPENDENT: dict[str, str] = {}
+
+
+def _reproduce_all(out: pathlib.Path, *, one_thread: bool) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("JAXPAPERS_XLA_CACHE", None)
+    env["PYTHONHASHSEED"] = "0" if one_thread else "1"  # nothing may depend on str hashing
+    preexec = None
+    if one_thread:
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + ONE_THREAD_FLAGS).strip()
+        env["OMP_NUM_THREADS"] = "1"
+        cpu = min(os.sched_getaffinity(0))
+        preexec = lambda: os.sched_setaffinity(0, {cpu})  # noqa: E731
+    cmd = [sys.executable, "-m", "jaxpapers", "reproduce", "all", "--scale", "tiny", "--out",
+           str(out)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200,
+                          preexec_fn=preexec)
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("tiny")
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        default = ex.submit(_reproduce_all, base / "default", one_thread=False)
+        single = ex.submit(_reproduce_all, base / "one_thread", one_thread=True)
+        return {"default": (base / "default", default.result()),
+                "one_thread": (base / "one_thread", single.result())}
+
+
+def _check_ok(name, proc):
+    assert proc.returncode == 0, (
+        f"`jaxpapers reproduce all --scale tiny` ({name}) exited {proc.returncode}\n"
+        f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+
+
+def test_every_implemented_paper_writes_a_valid_tiny_report(tiny_runs):
+    out, proc = tiny_runs["default"]
+    _check_ok("default", proc)
+    assert IMPLEMENTED, "no implemented papers"
+    for pid in IMPLEMENTED:
+        d = out / pid
+        doc = report.read_metrics(d / "metrics.json")  # validates the contract
+        assert doc["scale"] == "tiny" and doc["paper"] == pid
+        bad = {k: v for k, v in doc["metrics"].items() if v is None or not math.isfinite(v)}
+        assert not bad, f"{pid}: non-finite metrics at tiny scale: {sorted(bad)[:10]}"
+        assert doc["claims"], f"{pid}: no claims"
+        statements = registry.paper_statements(pid)
+        for c in doc["claims"]:
+            assert {"metric", "ours", "paper", "criterion", "verdict"} <= set(c), (pid, c)
+            assert c["paper"] in statements, (
+                f"{pid}: claim {c['metric']!r} puts {c['paper']!r} in 'paper', which is not one "
+                "of the paper's statements")
+            assert c["criterion"].strip(), (pid, c["metric"])
+        cfg = json.loads((d / "config.json").read_text())
+        env = cfg["environment"]
+        assert "packages" in env and "xla_flags" in env and env["packages"].get("jax"), pid
+        assert list(d.glob("*.png")), f"{pid}: no plot"
+        md = (d / "report.md").read_text()
+        assert "## Claims" in md and "## Environment" in md, pid
+
+
+def _comparable(doc):
+    timed = set(doc.get("timings", {}))
+    claims = [(c["metric"], c["ours"], c["verdict"]) for c in doc["claims"]
+              if c["metric"] not in timed]
+    return doc["metrics"], claims
+
+
+def test_tiny_metrics_do_not_depend_on_threads_or_process(tiny_runs):
+    (a_out, a), (b_out, b) = tiny_runs["default"], tiny_runs["one_thread"]
+    _check_ok("default", a)
+    _check_ok("one thread", b)
+    moved = []
+    for pid in IMPLEMENTED:
+        if pid in THREAD_DEPENDENT:
+            continue
+        ma, ca = _comparable(json.loads((a_out / pid / "metrics.json").read_text()))
+        mb, cb = _comparable(json.loads((b_out / pid / "metrics.json").read_text()))
+        assert ma.keys() == mb.keys(), f"{pid}: different metric names"
+        moved += [f"{pid}: {k} = {ma[k]!r} (default threads) vs {mb[k]!r} (one thread)"
+                  for k in ma if ma[k] != mb[k]]
+        moved += [f"{pid}: claim {x[0]} = {x[1:]} vs {y[1:]}" for x, y in zip(ca, cb) if x != y]
+    assert not moved, "results moved with the thread count:\n" + "\n".join(moved[:30])

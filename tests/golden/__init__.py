@@ -1,0 +1,1 @@
+"""Golden values: fixed-key computations of every capability, recorded per platform."""

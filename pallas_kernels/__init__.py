@@ -2,7 +2,11 @@
 
 Each kernel lives in ``pallas_kernels/<name>/`` with ``reference.py``, ``kernel.py`` and a
 ``bench.py`` exposing ``main() -> int``. A kernel becomes benchmarkable by ``jaxpapers bench`` when
-it is listed in ``_BENCHMARKS`` below.
+it is listed in ``_BENCHMARKS`` below. ``_common`` holds what every op shares: the
+``implementation="auto"|"xla"|"pallas"`` resolver, platform detection and compiler params.
+
+Kernels stand alone: nothing here imports ``jaxpapers`` (``tests/kernels/test_layering.py``);
+ops take plain arrays and static ints, and ``jaxpapers`` adapts its types to them.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import numpy as np
 from jaxpapers.attention import _checks
 from jaxpapers.attention._types import (SIGN_CODE_MODES, OracleState, QuestState, RandomState,
                                         SignCodeState)
-from jaxpapers.attention.binarypc import pack_codes, unpack_codes
+from pallas_kernels.binary_hash_attention.reference import pack_codes, unpack_codes
 
 __all__ = ["simhash_build", "pcasign_build", "magicpig_build", "quest_build", "oracle_build",
            "random_build", "sign_code_token_scores", "quest_token_scores",
@@ -175,7 +175,7 @@ def sign_code_token_scores(state: SignCodeState, q, keys=None):
     hk = state.codes.shape[0]
     _checks.check_head_dims("q", q.shape[-1], "state.proj", state.proj.shape[-1])
     qp = jnp.einsum("hgd,hbd->hgb", _grouped(q, hk), state.proj)  # [Hk, G, NB]
-    u = unpack_codes(state.codes)  # [Hk, S, NB]
+    u = unpack_codes(state.codes, qp.dtype)  # [Hk, S, NB]
     if state.mode == "asymmetric":
         sc = jnp.einsum("hgb,hsb->hgs", qp, u)
     elif state.mode == "hamming":

@@ -21,6 +21,9 @@ import jax.numpy as jnp
 
 from jaxpapers.attention import _checks
 from jaxpapers.attention._types import BinaryPCState
+# The code format (packed sign bits, int8 probes) is defined once, beside the kernels that read it.
+from pallas_kernels.binary_hash_attention.reference import (pack_codes, quantize_probe,
+                                                            unpack_codes)
 
 __all__ = ["binarypc_fit", "binarypc_scores", "fit_codes", "binarypc_encode", "pack_codes",
            "unpack_codes", "quantize_probe", "code_scores", "binarypc_build",
@@ -91,38 +94,6 @@ def binarypc_encode(keys: jax.Array, proj: jax.Array) -> jax.Array:
     ones = jnp.ones(keys.shape[0], keys.dtype)
     _, signs = jax.lax.scan(lambda r, v: _encode_bit(r, v, ones), keys, proj.astype(keys.dtype))
     return signs.T
-
-
-def pack_codes(signs: jax.Array) -> jax.Array:
-    """[..., NB] signs -> [..., NB // 32] uint32; bit j of word w is 1 iff sign_{32w+j} = +1."""
-    nb = signs.shape[-1]
-    _checks.check_num_bits(nb, "the code length (last axis of signs)")
-    bits = (signs > 0).astype(jnp.uint32).reshape(signs.shape[:-1] + (nb // 32, 32))
-    return jnp.sum(bits << jnp.arange(32, dtype=jnp.uint32), axis=-1, dtype=jnp.uint32)
-
-
-def unpack_codes(codes: jax.Array, dtype=jnp.float32) -> jax.Array:
-    """Inverse of :func:`pack_codes`: [..., W] uint32 -> [..., 32 W] signs in {-1, +1}."""
-    bits = (codes[..., None] >> jnp.arange(32, dtype=jnp.uint32)) & jnp.uint32(1)
-    bits = bits.reshape(codes.shape[:-1] + (codes.shape[-1] * 32,))
-    return (2 * bits.astype(jnp.int32) - 1).astype(dtype)
-
-
-def quantize_probe(probe: jax.Array, probe_bits: int = 7) -> tuple[jax.Array, jax.Array]:
-    """Symmetric max-abs quantisation of probes, one scale per row.
-
-    Args:
-      probe: [..., NB] float.
-      probe_bits: magnitude bits (7: integers in [-127, 127]).
-
-    Returns:
-      ``(q int8 [..., NB], scale [...])`` with ``probe ~ q * scale`` and
-      ``|probe - q * scale| <= scale / 2`` elementwise.
-    """
-    levels = 2 ** probe_bits - 1
-    scale = jnp.maximum(jnp.max(jnp.abs(probe), axis=-1), 1e-30) / levels
-    q = jnp.clip(jnp.round(probe / scale[..., None]), -levels, levels)
-    return q.astype(jnp.int8), scale
 
 
 def code_scores(signs: jax.Array, probe: jax.Array, *, probe_bits: int = 7) -> jax.Array:

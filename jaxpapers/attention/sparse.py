@@ -14,7 +14,6 @@ Letters: ``Hq`` query heads, ``Hk`` kv heads (GQA groups of ``G = Hq / Hk``), ``
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -29,13 +28,13 @@ from jaxpapers.attention.baselines import (magicpig_build, oracle_build, oracle_
                                            pcasign_build, quest_build, quest_token_scores,
                                            random_build, random_token_scores, simhash_build,
                                            sign_code_token_scores)
-from jaxpapers.attention.binarypc import binarypc_build, binarypc_token_scores, quantize_probe
+from jaxpapers.attention.binarypc import binarypc_build, binarypc_token_scores
+from pallas_kernels import binary_hash_attention as bha
+from pallas_kernels._common import Implementation, resolve
 
 __all__ = ["dense_attention", "token_scores", "forced_slots", "select", "attend", "decode_step",
            "selection_quality", "build_state", "METHOD_NAMES", "num_forced_for",
            "make_attn_fn", "make_attn_state_fn"]
-
-IMPLEMENTATIONS = ("jnp", "xla", "pallas")
 
 _SCORERS: dict[type, Callable] = {
     BinaryPCState: binarypc_token_scores,
@@ -162,21 +161,9 @@ def attend(q: jax.Array, keys: jax.Array, values: jax.Array, indices: jax.Array,
     return jnp.einsum("hgk,hkd->hgd", p, vs).reshape(q.shape[0], -1)
 
 
-def _kernels(implementation: str):
-    """The kernel package, or None (with a warning) when it cannot be imported."""
-    try:
-        from pallas_kernels import binary_hash_attention as bha  # lazy: optional dependency
-        return bha
-    except Exception as e:  # noqa: BLE001 - any import failure means "not available"
-        warnings.warn(f"implementation={implementation!r} requested but "
-                      f"pallas_kernels.binary_hash_attention is not importable ({e}); "
-                      "using the jnp path", stacklevel=3)
-        return None
-
-
 def decode_step(state: Any, q: jax.Array, keys: jax.Array, values: jax.Array,
                 length: jax.Array | int, *, budget: int, new_window: int = 0,
-                sm_scale: float | None = None, implementation: str = "jnp") -> jax.Array:
+                sm_scale: float | None = None, implementation: Implementation = "xla") -> jax.Array:
     """One sparse decode-attention step of one layer (unbatched; vmap over batch).
 
     Args:
@@ -187,9 +174,10 @@ def decode_step(state: Any, q: jax.Array, keys: jax.Array, values: jax.Array,
       length: [] int valid slots (counts the new token).
       budget: static top-k size per kv head. new_window: static slots for decoded tokens.
       sm_scale: logit scale (default 1 / sqrt(D)).
-      implementation: "jnp" (default), or "xla" / "pallas" to route BinaryPC scoring and the
-        sparse attention through ``pallas_kernels.binary_hash_attention`` (falls back to jnp
-        with a warning when that package is not importable).
+      implementation: "xla" (default: the jnp scorers and :func:`attend`), "pallas" (BinaryPC
+        scoring with a 7-bit probe and the sparse attention run the kernels of
+        ``pallas_kernels.binary_hash_attention``, interpreted on CPU; raises if they cannot run),
+        or "auto" (the compiled kernels where they can run, else "xla" with a warning).
 
     Returns:
       [Hq, Dv] attention output.
@@ -200,19 +188,16 @@ def decode_step(state: Any, q: jax.Array, keys: jax.Array, values: jax.Array,
     >>> decode_step(st, k[:, 61], k, k, 62, budget=8, new_window=4).shape
     (2, 16)
     """
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, "
-                         f"got {implementation!r}")
+    kernels = resolve("decode_step", implementation).implementation == "pallas"
     _check_qkv(q, keys, values)
     hk, s, _ = keys.shape
     _checks.check_budget(budget, s)
     _checks.check_length("length", length, s)
-    bha = _kernels(implementation) if implementation != "jnp" else None
-    if bha is not None and isinstance(state, BinaryPCState) and state.probe_bits == 7:
+    if kernels and isinstance(state, BinaryPCState) and state.probe_bits == 7:
         g = q.shape[0] // hk
         probe = jnp.einsum("hgd,hbd->hgb", q.reshape(hk, g, -1).astype(jnp.float32),
                            state.proj).reshape(q.shape[0], -1)
-        pq, pscale = quantize_probe(probe, 7)
+        pq, pscale = bha.quantize_probe(probe, 7)
         scores = bha.hash_scores(state.codes[None], pq[None], pscale[None],
                                  jnp.reshape(state.hash_length, (1,)), group_reduce="max",
                                  implementation=implementation)[0]
@@ -220,7 +205,7 @@ def decode_step(state: Any, q: jax.Array, keys: jax.Array, values: jax.Array,
         scores = token_scores(state, q, keys)
     idx, valid = select(scores, forced_slots(state, hk), state.hash_length, length,
                         budget=budget, new_window=new_window)
-    if bha is not None:
+    if kernels:
         return bha.sparse_decode_attention(q[None], keys[None], values[None], idx[None],
                                            valid[None], page_size=1,
                                            length=jnp.reshape(length, (1,)),
@@ -343,7 +328,8 @@ def make_attn_state_fn(method: str, key: jax.Array, *, budget: int, dense_layers
 
 
 def make_attn_fn(*, budget: int, new_window: int = 0, dense_layers: int = 2,
-                 sm_scale: float | None = None, implementation: str = "jnp") -> Callable:
+                 sm_scale: float | None = None, implementation: Implementation = "xla"
+                 ) -> Callable:
     """An LM ``attn_fn(q [B,Hq,D], k [B,Hk,S,D], v, length [B], layer_state, layer)``.
 
     Layers ``< dense_layers`` attend densely (official: layers 0 and 1); the others run

@@ -1,7 +1,9 @@
 """Weight quantization: group-wise int8/int4/int3 arrays, quantized matmuls, pytree quantization.
 
-The Pallas kernel for the hot path is ``pallas_kernels.quantized_matmul``; the functions here are
-the XLA path and the definition of the numerics.
+The storage layout and the matmul numerics are defined once, in ``pallas_kernels.quantized_matmul``
+(plain arrays: packed data, scales, zero points, static layout ints). This package holds the
+quantizer, the :class:`QuantizedArray` pytree and adapters to that op: :func:`qdot` is its
+``implementation="xla"`` path, :func:`matmul` / :func:`dense` take any ``implementation``.
 """
 
 from jaxpapers.quant._types import QuantizedArray

@@ -2,6 +2,10 @@
 
 Bit widths: 8 (int8 / uint8), 4 (two levels per byte, split-half packing) and 3 (stored
 unpacked, one level per int8 / uint8 byte, like 8-bit; the numerics are those of 3 bits).
+
+The storage layout and its numerics (packing, levels, dequantization) are defined once, in
+:mod:`pallas_kernels.quantized_matmul.reference`; this module adapts :class:`QuantizedArray` to
+those plain-array functions.
 """
 
 from __future__ import annotations
@@ -14,17 +18,12 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxpapers.quant._types import QuantizedArray
+from pallas_kernels.quantized_matmul import reference as _layout
+from pallas_kernels.quantized_matmul.reference import (MAX_PACK_ROWS, SUPPORTED_BITS, pack_int4,
+                                                       pack_rows_for, unpack_int4)
 
 __all__ = ["SUPPORTED_BITS", "MAX_PACK_ROWS", "quantize", "dequantize", "levels",
            "pack_int4", "unpack_int4", "pack_rows_for"]
-
-SUPPORTED_BITS = (3, 4, 8)
-MAX_PACK_ROWS = 128
-
-
-def pack_rows_for(group_size: int) -> int:
-    """Rows per int4 packing tile: ``min(group_size, 128)``."""
-    return min(group_size, MAX_PACK_ROWS)
 
 
 def _check_concrete_finite(w: jax.Array) -> None:
@@ -57,31 +56,21 @@ def _validate(w: jax.Array, bits: int, group_size: int | None) -> int:
     return g
 
 
-def pack_int4(levels: jax.Array, pack_rows: int) -> jax.Array:
-    """Pack [K, N] 4-bit levels (0..15) into [K/2, N] uint8 with split-half tiles of P rows."""
-    k, n = levels.shape
-    p = pack_rows
-    t = levels.astype(jnp.uint8).reshape(k // p, 2, p // 2, n)
-    return (t[:, 0] | (t[:, 1] << 4)).reshape(k // 2, n)
+def _check_q(q) -> None:
+    if not isinstance(q, QuantizedArray):
+        raise TypeError(f"q must be a QuantizedArray, got {type(q).__name__}")
 
 
-def unpack_int4(packed: jax.Array, pack_rows: int) -> jax.Array:
-    """Inverse of :func:`pack_int4`: [K/2, N] uint8 -> [K, N] uint8 levels."""
-    k2, n = packed.shape
-    p = pack_rows
-    t = packed.reshape(k2 * 2 // p, 1, p // 2, n)
-    return jnp.concatenate([t & 0xF, t >> 4], axis=1).reshape(k2 * 2, n)
+def _layout_kwargs(q: QuantizedArray) -> dict:
+    """The static layout of ``q`` as the kernel folder's keyword arguments
+    (``bits``, ``group_size``, ``pack_rows``)."""
+    return dict(bits=q.bits, group_size=q.group_size, pack_rows=q.pack_rows)
 
 
 def levels(q: QuantizedArray) -> jax.Array:
     """[K, N] int32 signed integer values ``level - zero`` (exact), so ``w = levels * scale``."""
-    if q.bits != 4:  # 8 and 3 bits: one level per byte
-        lv = q.data.astype(jnp.int32)
-    else:
-        lv = unpack_int4(q.data, q.pack_rows).astype(jnp.int32)
-    if q.zeros is not None:
-        return lv - jnp.repeat(q.zeros.astype(jnp.int32), q.group_size, axis=0)
-    return lv - (8 if q.bits == 4 else 0)
+    _check_q(q)
+    return _layout.levels(q.data, q.zeros, **_layout_kwargs(q))
 
 
 def quantize(w: ArrayLike, *, bits: int, group_size: int | None, symmetric: bool = True,
@@ -148,8 +137,6 @@ def dequantize(q: QuantizedArray, dtype=None) -> jax.Array:
 
     Computed in float32 (levels and zero points are exact small integers), then cast.
     """
-    if not isinstance(q, QuantizedArray):
-        raise TypeError(f"q must be a QuantizedArray, got {type(q).__name__}")
-    scale = jnp.repeat(q.scales.astype(jnp.float32), q.group_size, axis=0)
-    out = levels(q).astype(jnp.float32) * scale
-    return out.astype(np.dtype(dtype or q.dtype))
+    _check_q(q)
+    return _layout.dequantize(q.data, q.scales, q.zeros, **_layout_kwargs(q),
+                              dtype=np.dtype(dtype or q.dtype))

@@ -34,7 +34,9 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-__all__ = ["ScoreBlockSizes", "AttentionBlockSizes", "compiler_params", "hash_scores_call",
+from pallas_kernels._common import compiler_params_kwargs
+
+__all__ = ["ScoreBlockSizes", "AttentionBlockSizes", "hash_scores_call",
            "attend_vector_call", "attend_prefetch_call", "MASK_VALUE"]
 
 # A finite "minus infinity" for running maxima: exp(MASK - MASK) = 1 keeps empty blocks NaN-free,
@@ -57,26 +59,6 @@ class AttentionBlockSizes:
 
     block_k: int = 16
     num_splits: int = 1
-
-
-def compiler_params(platform: str | None, dims: tuple[str, ...]):
-    """Backend-matched compiler params (Triton for cuda/rocm, Mosaic for tpu, none otherwise).
-
-    ``dims`` are the TPU dimension semantics ("parallel" / "arbitrary") of the grid axes."""
-    if platform in ("cuda", "rocm", "gpu"):
-        from jax.experimental.pallas import triton as pl_triton
-
-        return pl_triton.CompilerParams(num_warps=4, num_stages=2)
-    if platform == "tpu":
-        from jax.experimental.pallas import tpu as pltpu
-
-        return pltpu.CompilerParams(dimension_semantics=dims)
-    return None
-
-
-def _params_kwargs(interpret, platform, dims):
-    params = compiler_params(None if interpret else platform, dims)
-    return {} if params is None else {"compiler_params": params}
 
 
 # ----------------------------------------------------------------------------- scores
@@ -130,7 +112,7 @@ def hash_scores_call(codes, probe, scale, *, group, reduce, block_l, interpret, 
         out_specs=pl.BlockSpec((None, None, rows, block_l), lambda i, h, j: (i, h, 0, j)),
         interpret=interpret,
         name="binary_hash_scores",
-        **_params_kwargs(interpret, platform, ("parallel", "parallel", "parallel")),
+        **compiler_params_kwargs(interpret, platform, ("parallel", "parallel", "parallel")),
     )(codes, probe, scale)
 
 
@@ -209,7 +191,7 @@ def attend_vector_call(q, k, v, idx, lim, *, block_k, num_splits, sm_scale, inte
                    stat_spec, stat_spec),
         interpret=interpret,
         name="binary_hash_sparse_attention",
-        **_params_kwargs(interpret, platform, ("parallel", "parallel", "parallel")),
+        **compiler_params_kwargs(interpret, platform, ("parallel", "parallel", "parallel")),
     )(q, k, v, idx, lim)
 
 
@@ -290,6 +272,6 @@ def attend_prefetch_call(q, k, v, idx, lim, *, block_k, sm_scale, interpret, pla
         grid_spec=grid_spec,
         interpret=interpret,
         name="binary_hash_sparse_attention_prefetch",
-        **_params_kwargs(interpret, platform, ("parallel", "parallel", "arbitrary")),
+        **compiler_params_kwargs(interpret, platform, ("parallel", "parallel", "arbitrary")),
     )(flat_idx, flat_lim, q, *([k] * block_k), *([v] * block_k))
 

@@ -6,12 +6,12 @@ are piecewise constant in the codes anyway.
 
 from __future__ import annotations
 
-import warnings
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pallas_kernels import _common
+from pallas_kernels._common import IMPLEMENTATIONS, Implementation, is_pow2, pow2_ceil, resolve
 from pallas_kernels.binary_hash_attention.kernel import (AttentionBlockSizes, ScoreBlockSizes,
                                                          attend_prefetch_call,
                                                          attend_vector_call, hash_scores_call)
@@ -20,22 +20,7 @@ from pallas_kernels.binary_hash_attention.reference import (entry_limits, hash_s
 
 __all__ = ["hash_scores", "sparse_decode_attention", "IMPLEMENTATIONS", "GATHERS"]
 
-IMPLEMENTATIONS = ("auto", "xla", "pallas")
 GATHERS = ("auto", "vector", "prefetch")
-_warned: set[tuple[str, str]] = set()
-
-
-def _pow2_ceil(v: int) -> int:
-    return 1 << max(0, (v - 1).bit_length())
-
-
-def _is_pow2(v: int) -> bool:
-    return v > 0 and v & (v - 1) == 0
-
-
-def _platform() -> str:
-    p = jax.default_backend()
-    return "cuda" if p == "gpu" else p
 
 
 def _concrete(x):
@@ -43,29 +28,6 @@ def _concrete(x):
     if isinstance(x, jax.core.Tracer):
         return None
     return np.asarray(x)
-
-
-def _resolve(name: str, implementation: str, why_not: str | None, interpret):
-    """Pick "xla" or "pallas"; "auto" falls back to XLA (once per reason, with a warning)."""
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got "
-                         f"{implementation!r}")
-    platform = _platform()
-    if interpret is None:
-        interpret = platform == "cpu"
-    if implementation == "auto":
-        if platform not in ("cuda", "rocm", "tpu"):
-            why_not = f"no compiled Pallas kernel on backend {platform!r}"
-        if why_not:
-            if (name, why_not) not in _warned:
-                _warned.add((name, why_not))
-                warnings.warn(f"{name}(implementation='auto') uses the XLA path: {why_not}",
-                              stacklevel=3)
-            return "xla", bool(interpret), platform
-        return "pallas", bool(interpret), platform
-    if implementation == "pallas" and why_not and not interpret:
-        raise ValueError(f"{name}(implementation='pallas') cannot run here: {why_not}")
-    return implementation, bool(interpret), platform
 
 
 # ----------------------------------------------------------------------------- scores
@@ -104,7 +66,8 @@ def _check_scores(codes, probe, probe_scale, length, group_reduce):
 
 
 def hash_scores(codes, probe, probe_scale, length, *, group_reduce: str | None = "max",
-                implementation: str = "auto", block_sizes: ScoreBlockSizes | None = None,
+                implementation: Implementation = "auto",
+                block_sizes: ScoreBlockSizes | None = None,
                 interpret: bool | None = None) -> jax.Array:
     """BinaryPC scores of every cached key: ``probe_scale * sum_b u_b * probe_b``.
 
@@ -143,17 +106,18 @@ def hash_scores(codes, probe, probe_scale, length, *, group_reduce: str | None =
     bs = block_sizes or ScoreBlockSizes()
     if not isinstance(bs, ScoreBlockSizes):
         raise TypeError("block_sizes must be a ScoreBlockSizes")
-    why = None if _is_pow2(w) else f"Triton blocks need a power-of-two word count, got W={w}"
-    why = why if _platform() in ("cuda", "rocm") else None
-    impl, interpret, platform = _resolve("hash_scores", implementation, why, interpret)
-    if impl == "xla":
+    why = None
+    if _common.platform() in ("cuda", "rocm") and not is_pow2(w):
+        why = f"Triton blocks need a power-of-two word count, got W={w}"
+    run = resolve("hash_scores", implementation, unsupported=why, interpret=interpret)
+    if run.implementation == "xla":
         return hash_scores_reference(codes, probe, probe_scale, length, group_reduce=group_reduce)
-    gp = max(8 if platform == "tpu" else 16, _pow2_ceil(g))   # rows of an MXU / tl.dot tile
+    gp = max(8 if run.platform == "tpu" else 16, pow2_ceil(g))   # rows of an MXU / tl.dot tile
     p4 = jnp.pad(probe.reshape(b, hk, g, w * 32), ((0, 0), (0, 0), (0, gp - g), (0, 0)))
     s4 = jnp.pad(probe_scale.reshape(b, hk, g, 1), ((0, 0), (0, 0), (0, gp - g), (0, 0)))
-    block_l = min(bs.block_l, max(128, _pow2_ceil(l)))
+    block_l = min(bs.block_l, max(128, pow2_ceil(l)))
     s = hash_scores_call(codes, p4, s4, group=g, reduce=group_reduce == "max", block_l=block_l,
-                         interpret=interpret, platform=platform)
+                         interpret=run.interpret, platform=run.platform)
     live = jnp.arange(l)[None, None, None, :] < length.reshape(b, 1, 1, 1)
     s = jnp.where(live, s, -jnp.inf)
     if group_reduce == "max":
@@ -207,23 +171,24 @@ def _check_attention(q, k, v, indices, valid, length, page_size):
                              f"not a {unit} index in [0, {num_pages})")
 
 
-def _attention_blocks(bs, page_size, gather, platform, interpret, b, hk, k_sel):
+def _attention_blocks(bs, page_size, gather, plat, interpret, b, hk, k_sel):
     block_k = bs.block_k
     if block_k is None:   # ~64 tokens per step (vector gather), 8 pages / 16 tokens (prefetch)
         block_k = max(1, 64 // page_size) if gather == "vector" else (16 if page_size == 1 else 8)
         block_k = max(block_k, -(-16 // page_size))             # tl.dot needs >= 16 rows
-        block_k = min(block_k, _pow2_ceil(k_sel))
+        block_k = min(block_k, pow2_ceil(k_sel))
         block_k = max(block_k, -(-16 // page_size)) if gather == "vector" else block_k
     splits = bs.num_splits if gather == "vector" else 1
     if splits is None:    # flash-decoding: enough programs to fill a GPU, none in interpret mode
         splits = 1
-        if platform in ("cuda", "rocm") and not interpret:
+        if plat in ("cuda", "rocm") and not interpret:
             splits = max(1, min(-(-k_sel // block_k), 128 // (b * hk)))
     return int(block_k), int(splits)
 
 
 def sparse_decode_attention(q, k, v, indices, valid, *, length=None, page_size: int = 1,
-                            sm_scale: float | None = None, implementation: str = "auto",
+                            sm_scale: float | None = None,
+                            implementation: Implementation = "auto",
                             gather: str = "auto", block_sizes: AttentionBlockSizes | None = None,
                             interpret: bool | None = None) -> jax.Array:
     """Decode attention of each query head over the selected tokens / pages of its kv head.
@@ -275,19 +240,20 @@ def sparse_decode_attention(q, k, v, indices, valid, *, length=None, page_size: 
     bs = block_sizes or AttentionBlockSizes(block_k=None, num_splits=None)
     if not isinstance(bs, AttentionBlockSizes):
         raise TypeError("block_sizes must be an AttentionBlockSizes")
-    platform = _platform()
+    plat = _common.platform()
     if gather == "auto":
-        gather = "prefetch" if platform == "tpu" else "vector"
-    block_k, splits = _attention_blocks(bs, page_size, gather, platform, interpret, b, hk, k_sel)
+        gather = "prefetch" if plat == "tpu" else "vector"
+    block_k, splits = _attention_blocks(bs, page_size, gather, plat, interpret, b, hk, k_sel)
     why = None
-    if gather == "vector" and platform in ("cuda", "rocm"):
-        if not (_is_pow2(d) and _is_pow2(page_size) and _is_pow2(block_k)
+    if gather == "vector" and plat in ("cuda", "rocm"):
+        if not (is_pow2(d) and is_pow2(page_size) and is_pow2(block_k)
                 and block_k * page_size >= 16):
             why = ("Triton blocks need power-of-two D, page_size and block_k, and block_k * "
                    f"page_size >= 16 (D={d}, page_size={page_size}, block_k={block_k})")
-    impl, interpret, platform = _resolve("sparse_decode_attention", implementation, why,
-                                         interpret)
-    if impl == "xla":
+    run = resolve("sparse_decode_attention", implementation, unsupported=why,
+                  interpret=interpret)
+    interpret, plat = run.interpret, run.platform
+    if run.implementation == "xla":
         return sparse_decode_attention_reference(q, k, v, indices, valid, length=length,
                                                  page_size=page_size, sm_scale=sm_scale)
     num_pages = -(-l // page_size)
@@ -305,12 +271,12 @@ def sparse_decode_attention(q, k, v, indices, valid, *, length=None, page_size: 
     if gather == "prefetch":
         q4 = q.reshape(b, hk, g, d)
         o = attend_prefetch_call(q4, k5, v5, idx, lim, block_k=block_k, sm_scale=sm_scale,
-                                 interpret=interpret, platform=platform)
+                                 interpret=interpret, platform=plat)
         return o.reshape(b, hq, d).astype(q.dtype)
-    gp = max(16, _pow2_ceil(g))
+    gp = max(16, pow2_ceil(g))
     q4 = jnp.pad(q.reshape(b, hk, g, d), ((0, 0), (0, 0), (0, gp - g), (0, 0)))
     o, m, den = attend_vector_call(q4, k5, v5, idx, lim, block_k=block_k, num_splits=splits,
-                                   sm_scale=sm_scale, interpret=interpret, platform=platform)
+                                   sm_scale=sm_scale, interpret=interpret, platform=plat)
     # merge the splits' partial softmaxes (flash-decoding)
     m_all = jnp.max(m, axis=0)
     w = jnp.exp(m - m_all)

@@ -1,6 +1,6 @@
 """The definition of correct for the BinaryPC kernels (pure jnp, exact integers, fp32 softmax).
 
-Data formats (shared with ``jaxpapers.attention``):
+Data formats (defined here once; ``jaxpapers.attention`` imports them):
 
 * ``codes``: uint32 ``[B, Hk, L, W]``, ``W = num_bits // 32``; bit ``j`` of word ``w`` (LSB is
   ``j = 0``) is 1 iff the key's code ``u[w * 32 + j]`` is +1 (0 means -1).
@@ -23,7 +23,8 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 def pack_codes(u: jax.Array) -> jax.Array:
     """Pack signs ``u [..., num_bits]`` (+1 / -1, or bool with True = +1) into uint32 words.
 
-    Returns uint32 ``[..., num_bits // 32]``; raises if ``num_bits`` is not a multiple of 32.
+    Returns uint32 ``[..., num_bits // 32]``: bit ``j`` (LSB first) of word ``w`` is 1 iff
+    ``u[..., 32 w + j] > 0``. Raises if ``num_bits`` is not a positive multiple of 32.
 
     >>> import jax.numpy as jnp
     >>> u = jnp.full((64,), -1).at[0].set(1).at[33].set(1)   # bit 0 of word 0, bit 1 of word 1
@@ -33,33 +34,43 @@ def pack_codes(u: jax.Array) -> jax.Array:
     True
     """
     u = jnp.asarray(u)
-    nb = u.shape[-1]
-    if nb % 32:
-        raise ValueError(f"num_bits must be a multiple of 32, got num_bits={nb}")
+    nb = u.shape[-1] if u.ndim else 0
+    if nb < 32 or nb % 32:
+        raise ValueError(f"num_bits (the last axis of the signs) must be a positive multiple of "
+                         f"32, got num_bits={nb}")
     bits = (u > 0) if u.dtype != jnp.bool_ else u
     bits = bits.reshape(*u.shape[:-1], nb // 32, 32).astype(jnp.uint32)
     shifts = jnp.arange(32, dtype=jnp.uint32)
     return jnp.sum(bits << shifts, axis=-1, dtype=jnp.uint32)
 
 
-def unpack_codes(codes: jax.Array) -> jax.Array:
-    """Inverse of :func:`pack_codes`: uint32 ``[..., W]`` -> int8 signs ``[..., W * 32]``."""
+def unpack_codes(codes: jax.Array, dtype=jnp.int8) -> jax.Array:
+    """Inverse of :func:`pack_codes`: uint32 ``[..., W]`` -> signs ``[..., W * 32]`` in {-1, +1}
+    (as ``dtype``, default int8)."""
     codes = jnp.asarray(codes)
     shifts = jnp.arange(32, dtype=jnp.uint32)
     bits = (codes[..., None] >> shifts) & jnp.uint32(1)
-    signs = 2 * bits.astype(jnp.int8) - 1
-    return signs.reshape(*codes.shape[:-1], codes.shape[-1] * 32)
+    signs = 2 * bits.astype(jnp.int32) - 1
+    return signs.reshape(*codes.shape[:-1], codes.shape[-1] * 32).astype(dtype)
 
 
-def quantize_probe(p: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Quantize a float probe ``[..., num_bits]`` to int8 in [-127, 127] with one max-abs scale
-    per leading index: returns ``(probe int8 [..., num_bits], scale float32 [...])`` with
-    ``p ~= scale[..., None] * probe`` (error at most ``scale / 2`` per entry)."""
-    p = jnp.asarray(p, jnp.float32)
+def quantize_probe(p: jax.Array, probe_bits: int = 7) -> tuple[jax.Array, jax.Array]:
+    """Symmetric max-abs quantisation of a float probe ``[..., num_bits]``, one scale per row.
+
+    Returns ``(probe int8 [..., num_bits] in [-L, L], scale [...])`` with ``L = 2^probe_bits - 1``
+    (127 by default) and ``p ~= scale[..., None] * probe``, error at most ``scale / 2`` per entry.
+    ``scale = max |p| / L`` (1 for an all-zero row) is float32, or float64 for a float64 probe.
+    """
+    if isinstance(probe_bits, bool) or not isinstance(probe_bits, int) \
+            or not 1 <= probe_bits <= 7:
+        raise ValueError(f"probe_bits must be an int in [1, 7] (int8 levels), got {probe_bits!r}")
+    p = jnp.asarray(p)
+    p = p.astype(jnp.result_type(p.dtype, jnp.float32))
+    levels = 2 ** probe_bits - 1
     amax = jnp.max(jnp.abs(p), axis=-1)
-    scale = jnp.where(amax > 0, amax / 127.0, 1.0)
-    q = jnp.clip(jnp.round(p / scale[..., None]), -127, 127).astype(jnp.int8)
-    return q, scale.astype(jnp.float32)
+    scale = jnp.where(amax > 0, amax / levels, 1.0).astype(p.dtype)
+    q = jnp.clip(jnp.round(p / scale[..., None]), -levels, levels).astype(jnp.int8)
+    return q, scale
 
 
 def hash_scores_reference(codes: jax.Array, probe: jax.Array, probe_scale: jax.Array,
@@ -77,7 +88,7 @@ def hash_scores_reference(codes: jax.Array, probe: jax.Array, probe_scale: jax.A
     b, hk, l, w = codes.shape
     hq = probe.shape[1]
     g = hq // hk
-    u = unpack_codes(codes).astype(jnp.int32)                         # [B, Hk, L, nb]
+    u = unpack_codes(codes, jnp.int32)                                # [B, Hk, L, nb]
     p = probe.astype(jnp.int32).reshape(b, hk, g, w * 32)            # [B, Hk, G, nb]
     s_int = jnp.einsum("bhln,bhgn->bhgl", u, p)                       # exact in int32
     s = s_int.astype(jnp.float32) * probe_scale.reshape(b, hk, g, 1).astype(jnp.float32)

@@ -18,10 +18,9 @@ import time
 import jax
 import jax.numpy as jnp
 
-from jaxpapers import quant
 from pallas_kernels.quantized_matmul.kernel import BlockSizes
 from pallas_kernels.quantized_matmul.ops import quantized_matmul
-from pallas_kernels.quantized_matmul.shapes import CI_SHAPES, GPU_SHAPES
+from pallas_kernels.quantized_matmul.shapes import CI_SHAPES, GPU_SHAPES, random_weight
 
 __all__ = ["main", "time_fn"]
 
@@ -45,27 +44,33 @@ def time_fn(fn, args_list, *, repeats: int = 20) -> float:
 
 
 def _bench_shape(s, implementation: str, repeats: int):
-    keys = jax.random.split(jax.random.key(0), NUM_BUFFERS + 1)
+    keys = jax.random.split(jax.random.key(0), 2 * NUM_BUFFERS + 1)
     x = jax.random.normal(keys[0], (s.m, s.k), jnp.bfloat16)
-    ws = [jax.random.normal(k, (s.k, s.n), jnp.bfloat16) for k in keys[1:]]
-    qs = [quant.quantize(w, bits=s.bits, group_size=s.group_size) for w in ws]
+    ws = [jax.random.normal(k, (s.k, s.n), jnp.bfloat16) for k in keys[1:NUM_BUFFERS + 1]]
+    # random levels and bf16 scales in the kernel's layout (timing does not depend on the values)
+    qs = [random_weight(k, s.k, s.n, bits=s.bits, group_size=s.group, symmetric=s.symmetric,
+                        scale_dtype=jnp.bfloat16) for k in keys[NUM_BUFFERS + 1:]]
+    layout = qs[0][3]
+    args = [(x, d, sc, z) for d, sc, z, _ in qs]
     best = None
     for sk in SPLIT_K if implementation == "pallas" else (1,):
         bs = BlockSizes(block_m=0, block_n=128, block_k=512, split_k=sk)
-        kern = jax.jit(lambda x, q, bs=bs: quantized_matmul(x, q, implementation=implementation,
-                                                            block_sizes=bs))
+        kern = jax.jit(lambda x, d, sc, z, bs=bs: quantized_matmul(
+            x, d, sc, z, **layout, implementation=implementation, block_sizes=bs))
         try:
-            t = time_fn(kern, [(x, q) for q in qs], repeats=repeats)
+            t = time_fn(kern, args, repeats=repeats)
         except ValueError:  # this split does not cut K into whole groups / packing tiles
             continue
         if best is None or t < best[0]:
             best = (t, sk)
     t_k, split_k = best
-    deq = jax.jit(lambda x, q: quantized_matmul(x, q, implementation="xla"))
+    deq = jax.jit(lambda x, d, sc, z: quantized_matmul(x, d, sc, z, **layout,
+                                                       implementation="xla"))
     dense = jax.jit(lambda x, w: jnp.dot(x, w, preferred_element_type=jnp.float32).astype(x.dtype))
-    t_x = time_fn(deq, [(x, q) for q in qs], repeats=repeats)
+    t_x = time_fn(deq, args, repeats=repeats)
     t_d = time_fn(dense, [(x, w) for w in ws], repeats=repeats)
-    moved = qs[0].nbytes + x.size * 2 + s.m * s.n * 2
+    weight_bytes = sum(a.nbytes for a in qs[0][:3] if a is not None)
+    moved = weight_bytes + x.size * 2 + s.m * s.n * 2
     return t_k, split_k, t_x, t_d, moved / (t_k * 1e-6) / 1e9
 
 

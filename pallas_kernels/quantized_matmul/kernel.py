@@ -11,7 +11,7 @@ programs run concurrently, and for Mosaic TPU). Inside a block:
   summed and then multiplied by that group's scale row ``[1, bn]``;
 * with int8 activations (W8A8 / W4A8) the group dots are int8 x int8 -> int32, exact.
 
-Operands are padded by the wrapper in ``__init__``; this module assumes M % bm == N % bn == 0.
+Operands are padded by the wrapper in ``ops``; this module assumes M % bm == N % bn == 0.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-__all__ = ["BlockSizes", "quantized_matmul_kernel_call", "compiler_params"]
+from pallas_kernels._common import compiler_params_kwargs
+
+__all__ = ["BlockSizes", "quantized_matmul_kernel_call"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,19 +37,6 @@ class BlockSizes:
     block_n: int = 128
     block_k: int = 512
     split_k: int = 1
-
-
-def compiler_params(platform: str | None, num_dims: int = 3):
-    """Backend-matched compiler params (Triton for cuda/rocm, Mosaic for tpu, none otherwise)."""
-    if platform in ("cuda", "rocm", "gpu"):
-        from jax.experimental.pallas import triton as pl_triton
-
-        return pl_triton.CompilerParams(num_warps=4, num_stages=2)
-    if platform == "tpu":
-        from jax.experimental.pallas import tpu as pltpu
-
-        return pltpu.CompilerParams(dimension_semantics=("parallel",) * num_dims)
-    return None
 
 
 def _kernel(*refs, bits, group_size, tile, bk, k_per_split, has_zeros, int8_act):
@@ -141,10 +130,6 @@ def quantized_matmul_kernel_call(x, data, scales, zeros, x_scales, *, bits, grou
     if int8_act:
         in_specs.append(pl.BlockSpec((bm, 1), lambda si, i, j: (i, 0)))
         operands.append(x_scales)
-    kwargs = {}
-    params = compiler_params(None if interpret else platform)
-    if params is not None:
-        kwargs["compiler_params"] = params
     return pl.pallas_call(
         kern,
         out_shape=jax.ShapeDtypeStruct((s, m, n), out_dtype),
@@ -153,5 +138,5 @@ def quantized_matmul_kernel_call(x, data, scales, zeros, x_scales, *, bits, grou
         out_specs=pl.BlockSpec((1, bm, bn), lambda si, i, j: (si, i, j)),
         interpret=interpret,
         name="quantized_matmul",
-        **kwargs,
+        **compiler_params_kwargs(interpret, platform, ("parallel",) * 3),
     )(*operands)

@@ -168,21 +168,43 @@ def test_bad_input_names_the_argument(key):
         A.decode_step(st, q, k, v, 62, budget=8, implementation="cuda")
 
 
-@pytest.mark.parametrize("implementation", ["xla", "pallas"])
-def test_kernel_route_matches_jnp_when_available(key, implementation):
-    """The kernels' ops (pallas: interpret mode on CPU), also under vmap over the batch."""
-    pytest.importorskip("pallas_kernels.binary_hash_attention")
+def test_kernel_route_matches_the_xla_path(key):
+    """implementation="pallas": the kernels' ops (interpret mode on CPU), also under vmap."""
     q, k, v = _qkv(key, d=64)
     st = A.build_state("binarypc64", k, 60, jax.random.key(1), budget=16)
-    ref = A.decode_step(st, q, k, v, 62, budget=16, new_window=2)
-    out = A.decode_step(st, q, k, v, 62, budget=16, new_window=2,
-                        implementation=implementation)
+    ref = A.decode_step(st, q, k, v, 62, budget=16, new_window=2)   # default: "xla"
+    out = A.decode_step(st, q, k, v, 62, budget=16, new_window=2, implementation="pallas")
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
     two = jax.tree.map(lambda x: jnp.stack([x, x]), st)
     outs = jax.vmap(lambda s_, a: A.decode_step(s_, a, k, v, 62, budget=16, new_window=2,
-                                                implementation=implementation))(
+                                                implementation="pallas"))(
         two, jnp.stack([q, q[::-1]]))
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-6)
+    jaxpr = str(jax.make_jaxpr(lambda q: A.decode_step(st, q, k, v, 62, budget=16,
+                                                       implementation="pallas"))(q))
+    assert "binary_hash_scores" in jaxpr and "binary_hash_sparse_attention" in jaxpr
+
+
+def test_auto_falls_back_on_cpu_with_a_warning_and_jnp_is_gone(key):
+    q, k, v = _qkv(key, d=32)
+    st = A.build_state("binarypc32", k, 60, jax.random.key(1), budget=8)
+    ref = A.decode_step(st, q, k, v, 62, budget=8)
+    with pytest.warns(UserWarning, match=r"decode_step\(implementation='auto'\) uses the XLA"):
+        out = A.decode_step(st, q, k, v, 62, budget=8, implementation="auto")
+    np.testing.assert_array_equal(out, ref)
+    with pytest.raises(ValueError, match="implementation"):   # "xla" is the jnp path's name
+        A.decode_step(st, q, k, v, 62, budget=8, implementation="jnp")
+
+
+def test_explicit_pallas_raises_instead_of_falling_back(key, monkeypatch):
+    """A case the compiled kernels cannot run (96-bit codes: W = 3 words on a simulated GPU)."""
+    from pallas_kernels import _common
+
+    q, k, v = _qkv(key, d=32)
+    st = A.build_state("binarypc96", k, 60, jax.random.key(1), budget=8)
+    monkeypatch.setattr(_common, "platform", lambda: "cuda")
+    with pytest.raises(ValueError, match=r"implementation='pallas'\) cannot run here"):
+        A.decode_step(st, q, k, v, 62, budget=8, implementation="pallas")
 
 
 def test_plugs_into_the_lm_decode_step(key):

@@ -87,3 +87,41 @@ def test_qwix_parity_same_dequantized_values(key):
             w.reshape(4, 64, 64), qtype, scale[:, None, :], None)
         theirs = np.asarray(qwix_qarray.dequantize(qa)).reshape(256, 64)
         np.testing.assert_allclose(np.asarray(quant.dequantize(q)), theirs, rtol=0, atol=1e-6)
+
+
+def test_matmul_routes_a_quantized_array_to_the_one_kernel_op(key):
+    """qdot is the "xla" path of pallas_kernels.quantized_matmul; "pallas" runs its kernel
+    (interpret mode on CPU) on the QuantizedArray's plain arrays."""
+    from pallas_kernels.quantized_matmul import quantized_matmul_reference
+
+    kx, kw = jax.random.split(key)
+    x = jax.random.normal(kx, (5, 256))
+    q = quant.quantize(jax.random.normal(kw, (256, 128)), bits=4, group_size=64, symmetric=False)
+    ref = quantized_matmul_reference(x, q.data, q.scales, q.zeros, bits=4, group_size=64,
+                                     pack_rows=q.pack_rows)
+    np.testing.assert_array_equal(np.asarray(quant.qdot(x, q)), np.asarray(ref))
+    np.testing.assert_array_equal(np.asarray(quant.matmul(x, q)), np.asarray(ref))
+    y = quant.dense(x, q, implementation="pallas")
+    mag = np.abs(np.asarray(x)) @ np.abs(np.asarray(quant.dequantize(q, jnp.float32)))
+    assert np.all(np.abs(np.asarray(y) - np.asarray(ref)) <= 2e-7 * np.sqrt(256) * mag + 1e-6)
+    with pytest.warns(UserWarning, match="XLA path"):      # "auto" on CPU says it falls back
+        np.testing.assert_array_equal(np.asarray(quant.matmul(x, q, implementation="auto")),
+                                      np.asarray(ref))
+    with pytest.raises(ValueError, match="implementation"):
+        quant.matmul(x, q, implementation="jnp")
+    with pytest.raises(ValueError, match="implementation"):
+        quant.matmul(x, jnp.ones((256, 3)), implementation="cuda")   # checked for float w too
+    with pytest.raises(TypeError, match="QuantizedArray"):
+        quant.qdot(x, jnp.ones((256, 3)))
+
+
+def test_layout_helpers_are_the_kernel_folders(key):
+    """One definition of the layout numerics: jaxpapers.quant re-exports the kernel folder's."""
+    from pallas_kernels.quantized_matmul import reference as R
+
+    assert quant.pack_int4 is R.pack_int4 and quant.unpack_int4 is R.unpack_int4
+    assert quant.quantize_activations is R.quantize_activations
+    assert quant.SUPPORTED_BITS == R.SUPPORTED_BITS
+    q = quant.quantize(jax.random.normal(key, (64, 8)), bits=3, group_size=16, symmetric=False)
+    np.testing.assert_array_equal(quant.levels(q), R.levels(q.data, q.zeros, bits=3,
+                                                            group_size=16))

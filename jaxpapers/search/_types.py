@@ -1,12 +1,20 @@
 """Containers and callable aliases of the search package (mctx field names and conventions).
 
 Letters used in shape comments: ``B`` batch, ``A`` actions, ``N`` tree nodes (``num_simulations +
-1``), ``Q`` quantiles of a distributional head, ``M`` return samples.
+1``), ``Q`` quantiles of a distributional head, ``M`` return samples, ``C`` chance outcomes of
+Stochastic MuZero.
+
+Every class has ``replace(**changes)`` (from :func:`jaxpapers.core.pytree.dataclass`):
+
+>>> import jax.numpy as jnp
+>>> out = RecurrentFnOutput(reward=jnp.zeros(2), discount=jnp.ones(2),
+...                         prior_logits=jnp.zeros((2, 3)), value=jnp.zeros(2))
+>>> out.replace(value=jnp.ones(2)).value.tolist()
+[1.0, 1.0]
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +23,10 @@ import jax
 from jaxpapers.core import pytree
 
 __all__ = ["RootFnOutput", "RecurrentFnOutput", "RiskRootFnOutput", "RiskRecurrentFnOutput",
-           "PolicyOutput", "RecurrentFn", "RiskRecurrentFn", "UtilityFn", "LoopFn"]
+           "PolicyOutput", "DecisionRecurrentFnOutput", "ChanceRecurrentFnOutput",
+           "StochasticRecurrentState", "RecurrentState", "RecurrentFn", "RiskRecurrentFn",
+           "DecisionRecurrentFn", "ChanceRecurrentFn", "RootActionSelectionFn",
+           "InteriorActionSelectionFn", "UtilityFn", "LoopFn"]
 
 
 @pytree.dataclass
@@ -31,9 +42,6 @@ class RootFnOutput:
     prior_logits: jax.Array  # [B, A]
     value: jax.Array  # [B]
     embedding: Any  # [B, ...]
-
-    def replace(self, **kw) -> RootFnOutput:
-        return dataclasses.replace(self, **kw)
 
 
 @pytree.dataclass
@@ -51,9 +59,6 @@ class RecurrentFnOutput:
     discount: jax.Array  # [B]
     prior_logits: jax.Array  # [B, A]
     value: jax.Array  # [B]
-
-    def replace(self, **kw) -> RecurrentFnOutput:
-        return dataclasses.replace(self, **kw)
 
 
 @pytree.dataclass
@@ -75,9 +80,6 @@ class RiskRootFnOutput:
     return_history: jax.Array  # [B, Q]
     root_discount: jax.Array  # [B]
 
-    def replace(self, **kw) -> RiskRootFnOutput:
-        return dataclasses.replace(self, **kw)
-
 
 @pytree.dataclass
 class RiskRecurrentFnOutput:
@@ -94,9 +96,6 @@ class RiskRecurrentFnOutput:
     discount: jax.Array  # [B]
     prior_logits: jax.Array  # [B, A]
     value: jax.Array  # [B, Q]
-
-    def replace(self, **kw) -> RiskRecurrentFnOutput:
-        return dataclasses.replace(self, **kw)
 
 
 @pytree.dataclass
@@ -115,9 +114,70 @@ class PolicyOutput:
     search_tree: Any
 
 
+@pytree.dataclass
+class DecisionRecurrentFnOutput:
+    """Output of ``decision_recurrent_fn`` (Stochastic MuZero): a state and an action lead to an
+    afterstate, with no reward and no discount on that edge (Antonoglou et al. 2022, Sec. 4).
+
+    Attributes:
+      chance_logits: [B, C] logits of the chance outcomes at the afterstate, sigma(c | as).
+      afterstate_value: [B] value Q(s, a) = V(as) of the afterstate.
+    """
+
+    chance_logits: jax.Array  # [B, C]
+    afterstate_value: jax.Array  # [B]
+
+
+@pytree.dataclass
+class ChanceRecurrentFnOutput:
+    """Output of ``chance_recurrent_fn`` (Stochastic MuZero): an afterstate and a chance outcome
+    lead to the next state, with the transition's reward and discount.
+
+    Attributes:
+      action_logits: [B, A] policy logits at the next state.
+      value: [B] value of the next state.
+      reward: [B] reward of the transition.
+      discount: [B] discount applied to the next state's value (0 at terminal states).
+    """
+
+    action_logits: jax.Array  # [B, A]
+    value: jax.Array  # [B]
+    reward: jax.Array  # [B]
+    discount: jax.Array  # [B]
+
+
+@pytree.dataclass
+class StochasticRecurrentState:
+    """Embedding of a node of a Stochastic MuZero tree (decision node or chance node).
+
+    Attributes:
+      state_embedding: pytree of [B, ...] state embeddings (meaningful at decision nodes).
+      afterstate_embedding: pytree of [B, ...] afterstate embeddings (meaningful at chance nodes).
+      is_decision_node: [B] bool, True at decision nodes (states), False at chance nodes.
+    """
+
+    state_embedding: Any  # [B, ...]
+    afterstate_embedding: Any  # [B, ...]
+    is_decision_node: jax.Array  # [B]
+
+
+# a pytree of [B, ...] arrays: whatever the model functions pass between nodes
+RecurrentState = Any
 # recurrent_fn(params, key, action [B], embedding [B, ...]) -> (RecurrentFnOutput, embedding)
-RecurrentFn = Callable[[Any, jax.Array, jax.Array, Any], tuple[RecurrentFnOutput, Any]]
+RecurrentFn = Callable[[Any, jax.Array, jax.Array, RecurrentState],
+                       tuple[RecurrentFnOutput, RecurrentState]]
 RiskRecurrentFn = Callable[[Any, jax.Array, jax.Array, Any], tuple[RiskRecurrentFnOutput, Any]]
+# decision_recurrent_fn(params, key, action [B], state_embedding) ->
+#     (DecisionRecurrentFnOutput, afterstate_embedding)
+DecisionRecurrentFn = Callable[[Any, jax.Array, jax.Array, Any],
+                               tuple[DecisionRecurrentFnOutput, Any]]
+# chance_recurrent_fn(params, key, chance_outcome [B], afterstate_embedding) ->
+#     (ChanceRecurrentFnOutput, state_embedding)
+ChanceRecurrentFn = Callable[[Any, jax.Array, jax.Array, Any], tuple[ChanceRecurrentFnOutput, Any]]
+# selection rules on an *unbatched* tree: (key, tree, node_index []) -> action [] at the root,
+# (key, tree, node_index [], depth []) -> action [] below it
+RootActionSelectionFn = Callable[[jax.Array, Any, jax.Array], jax.Array]
+InteriorActionSelectionFn = Callable[[jax.Array, Any, jax.Array, jax.Array], jax.Array]
 # utility(samples [M]) -> [] scalar (unbatched)
 UtilityFn = Callable[[jax.Array], jax.Array]
 # loop_fn(lower, upper, body(i, carry) -> carry, carry) -> carry (jax.lax.fori_loop signature)

@@ -26,7 +26,6 @@ does not depend on the batch it ran in.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -34,9 +33,10 @@ import jax
 import jax.numpy as jnp
 
 from jaxpapers.core import pytree
+from jaxpapers.core.checks import check_int
 from jaxpapers.search import muzero as muzero_lib
 from jaxpapers.search import risk as risk_lib
-from jaxpapers.search import search as search_lib
+from jaxpapers.search import _search as search_lib
 from jaxpapers.search import tree as tree_lib
 from jaxpapers.search._types import (PolicyOutput, RiskRecurrentFn, RiskRootFnOutput,
                                      UtilityFn)
@@ -67,9 +67,6 @@ class RiskExtraData:
     node_reward_quantiles: jax.Array | None = None  # [B, N, Q]
     node_discounts: jax.Array | None = None  # [B, N]
 
-    def replace(self, **kw) -> RiskExtraData:
-        return dataclasses.replace(self, **kw)
-
 
 def _samples(key, tag, quantiles, num_samples, stratified):
     return risk_lib.sample_quantiles(jax.random.fold_in(key, tag), quantiles, num_samples,
@@ -89,25 +86,41 @@ def risk_search(params: Any, key: jax.Array, *, root: RiskRootFnOutput,
       key: consumed.
       root: :class:`RiskRootFnOutput` (``value`` and ``return_history`` [B, Q]).
       recurrent_fn: ``(params, key, action [B], emb) -> (RiskRecurrentFnOutput, emb)``.
-      root_action_selection_fn, interior_action_selection_fn: as in :func:`search.search`.
+      root_action_selection_fn, interior_action_selection_fn: as in
+        :func:`jaxpapers.search.search`.
       num_simulations: simulations (>= 1).
       utility_fn: ``samples [M] -> scalar`` (see :mod:`jaxpapers.search.risk`).
       num_samples: return samples M per expansion.
       stratified: stratified tau grid instead of uniform draws.
       sample_history: include the return-history samples.
-      max_depth, invalid_actions, loop_fn: as in :func:`search.search`.
+      max_depth, invalid_actions, loop_fn: as in :func:`jaxpapers.search.search`.
       root_gumbel: [B, A] Gumbel draws for Gumbel root selection.
 
     Returns:
       The batched :class:`Tree`; ``node_values`` hold mean utilities, ``extra_data`` the quantiles.
+
+    >>> import functools, jax, jax.numpy as jnp
+    >>> from jaxpapers.search import muzero_action_selection
+    >>> def rec(params, key, action, emb):  # reward quantiles {a - 1, a + 1}, then the end
+    ...     r = action[:, None] + jnp.array([[-1.0, 1.0]])
+    ...     return RiskRecurrentFnOutput(reward=r, discount=jnp.zeros(1),
+    ...         prior_logits=jnp.zeros((1, 2)), value=jnp.zeros((1, 2))), emb
+    >>> root = RiskRootFnOutput(prior_logits=jnp.zeros((1, 2)), value=jnp.zeros((1, 2)),
+    ...     embedding=jnp.zeros((1, 1)), return_history=jnp.zeros((1, 2)),
+    ...     root_discount=jnp.ones(1))
+    >>> tree = risk_search(None, jax.random.key(0), root=root, recurrent_fn=rec,
+    ...     root_action_selection_fn=functools.partial(muzero_action_selection, depth=0),
+    ...     interior_action_selection_fn=muzero_action_selection, num_simulations=4,
+    ...     utility_fn=jnp.mean, num_samples=64, stratified=True)
+    >>> [round(q, 3) for q in tree.children_values[0, 0].tolist()]  # mean utility of a +- 1
+    [0.0, 1.0]
     """
     search_lib.validate_search_inputs(root.prior_logits, root.value, num_simulations,
                                       invalid_actions, max_depth, value_ndim=2)
     if root.return_history.shape != root.value.shape:
         raise ValueError(f"root.return_history must have the shape of root.value "
                          f"{root.value.shape}, got {root.return_history.shape}")
-    if not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+    check_int("num_samples", num_samples, minimum=1)
     batch, num_actions = root.prior_logits.shape
     nq = root.value.shape[1]
     b = jnp.arange(batch)
@@ -144,7 +157,9 @@ def risk_search(params: Any, key: jax.Array, *, root: RiskRootFnOutput,
         nxt = t.children_index[b, parent, action]
         nxt = jnp.where(nxt == UNVISITED, sim + 1, nxt)
         emb = jax.tree.map(lambda x: x[b, parent], t.embeddings)
-        out, emb = recurrent_fn(params, expand_key, action, emb)
+        out, emb = search_lib.unpack_fn_output(
+            "recurrent_fn", recurrent_fn(params, expand_key, action, emb),
+            ("reward", "discount", "prior_logits", "value"))
         search_lib._check_recurrent_output(out, batch, num_actions, value_shape=(batch, nq),
                                            reward_shape=(batch, nq))
         rv = risk_lib.sort_small(jnp.stack([out.reward, out.value], axis=1))  # [B, 2, Q]
@@ -182,7 +197,7 @@ def risk_search(params: Any, key: jax.Array, *, root: RiskRootFnOutput,
                                                            node_discounts=nd))
 
 
-def risk_gumbel_muzero_policy(params: Any, rng_key: jax.Array, root: RiskRootFnOutput,
+def risk_gumbel_muzero_policy(params: Any, key: jax.Array, root: RiskRootFnOutput,
                               recurrent_fn: RiskRecurrentFn, num_simulations: int,
                               invalid_actions: jax.Array | None = None,
                               max_depth: int | None = None, loop_fn=jax.lax.fori_loop, *,
@@ -194,8 +209,16 @@ def risk_gumbel_muzero_policy(params: Any, rng_key: jax.Array, root: RiskRootFnO
                               gumbel_scale: float = 1.0) -> PolicyOutput:
     """RiskZero's policy: Gumbel MuZero root selection over utility-valued trees.
 
-    Arguments as :func:`jaxpapers.search.gumbel_muzero_policy` plus those of :func:`risk_search`.
-    ``action_weights = softmax(logits + sigma(q~_U))`` [B, A] with utility Q-values.
+    Args:
+      params, key, root, recurrent_fn, num_simulations, invalid_actions, max_depth, loop_fn,
+        qtransform, max_num_considered_actions, gumbel_scale: as in
+        :func:`jaxpapers.search.gumbel_muzero_policy` (``root`` a :class:`RiskRootFnOutput`,
+        ``recurrent_fn`` returning :class:`RiskRecurrentFnOutput`).
+      utility_fn, num_samples, stratified, sample_history: as in :func:`risk_search`.
+
+    Returns:
+      :class:`PolicyOutput`: ``action`` [B] and ``action_weights = softmax(logits + sigma(q~_U))``
+      [B, A] with utility Q-values.
 
     >>> import jax, jax.numpy as jnp
     >>> from jaxpapers.search import risk
@@ -205,17 +228,18 @@ def risk_gumbel_muzero_policy(params: Any, rng_key: jax.Array, root: RiskRootFnO
     ...     return RiskRecurrentFnOutput(reward=r, discount=jnp.zeros(1),
     ...         prior_logits=jnp.zeros((1, 2)), value=jnp.zeros((1, 8))), emb
     >>> root = RiskRootFnOutput(prior_logits=jnp.zeros((1, 2)), value=jnp.zeros((1, 8)),
-    ...     embedding=jnp.zeros((1, 1)), return_history=jnp.zeros((1, 8)), root_discount=jnp.ones(1))
+    ...     embedding=jnp.zeros((1, 1)), return_history=jnp.zeros((1, 8)),
+    ...     root_discount=jnp.ones(1))
     >>> pick = lambda u: int(risk_gumbel_muzero_policy(None, jax.random.key(0), root, rec, 8,
     ...     utility_fn=u, gumbel_scale=0.0).action[0])
     >>> pick(risk.mean_utility), pick(risk.make_utility("cvar", 0.25))
     (1, 0)
     """
-    muzero_lib.search_lib.validate_search_inputs(root.prior_logits, root.value[:, 0],
-                                                 num_simulations, invalid_actions, max_depth)
-    root, rng_key, gumbel = muzero_lib.gumbel_root(rng_key, root, gumbel_scale, invalid_actions)
+    search_lib.validate_search_inputs(root.prior_logits, root.value[:, 0], num_simulations,
+                                      invalid_actions, max_depth)
+    root, key, gumbel = muzero_lib.gumbel_root(key, root, gumbel_scale, invalid_actions)
     tree = risk_search(
-        params, rng_key, root=root, recurrent_fn=recurrent_fn,
+        params, key, root=root, recurrent_fn=recurrent_fn,
         **muzero_lib.gumbel_selection_fns(num_simulations, max_num_considered_actions, qtransform),
         num_simulations=num_simulations, utility_fn=utility_fn, num_samples=num_samples,
         stratified=stratified, sample_history=sample_history, max_depth=max_depth,
@@ -224,7 +248,7 @@ def risk_gumbel_muzero_policy(params: Any, rng_key: jax.Array, root: RiskRootFnO
                                            qtransform)
 
 
-def risk_muzero_policy(params: Any, rng_key: jax.Array, root: RiskRootFnOutput,
+def risk_muzero_policy(params: Any, key: jax.Array, root: RiskRootFnOutput,
                        recurrent_fn: RiskRecurrentFn, num_simulations: int,
                        invalid_actions: jax.Array | None = None, max_depth: int | None = None,
                        loop_fn=jax.lax.fori_loop, *, utility_fn: UtilityFn = risk_lib.mean_utility,
@@ -236,18 +260,37 @@ def risk_muzero_policy(params: Any, rng_key: jax.Array, root: RiskRootFnOutput,
                        temperature: float = 1.0) -> PolicyOutput:
     """PUCT (MuZero) selection over utility-valued trees; acts by visit counts.
 
-    Arguments as :func:`jaxpapers.search.muzero_policy` plus those of :func:`risk_search`.
+    Args:
+      params, key, root, recurrent_fn, num_simulations, invalid_actions, max_depth, loop_fn,
+        qtransform, dirichlet_fraction, dirichlet_alpha, pb_c_init, pb_c_base, temperature: as in
+        :func:`jaxpapers.search.muzero_policy` (``root`` a :class:`RiskRootFnOutput`).
+      utility_fn, num_samples, stratified, sample_history: as in :func:`risk_search`.
+
+    Returns:
+      :class:`PolicyOutput`: ``action`` [B], ``action_weights`` [B, A] (root visit distribution),
+      and the tree (``node_values`` are utilities).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxpapers.search import risk
+    >>> safe, risky = jnp.full((1, 8), 1.0), jnp.where(jnp.arange(8) < 1, -10.0, 5.0)[None]
+    >>> def rec(params, key, action, emb):  # 0: reward 1; 1: -10 w.p. ~1/8, else 5
+    ...     r = jnp.where(action[:, None] == 0, safe, risky)
+    ...     return RiskRecurrentFnOutput(reward=r, discount=jnp.zeros(1),
+    ...         prior_logits=jnp.zeros((1, 2)), value=jnp.zeros((1, 8))), emb
+    >>> root = RiskRootFnOutput(prior_logits=jnp.zeros((1, 2)), value=jnp.zeros((1, 8)),
+    ...     embedding=jnp.zeros((1, 1)), return_history=jnp.zeros((1, 8)),
+    ...     root_discount=jnp.ones(1))
+    >>> out = risk_muzero_policy(None, jax.random.key(0), root, rec, 32, dirichlet_fraction=0.0,
+    ...                          utility_fn=risk.make_utility("cvar", 0.25), temperature=0.0)
+    >>> out.action.tolist()  # the safe action under CVaR_0.25
+    [0]
     """
-    muzero_lib.search_lib.validate_search_inputs(root.prior_logits, root.value[:, 0],
-                                                 num_simulations, invalid_actions, max_depth)
-    rng_key, dirichlet_key, search_key = jax.random.split(rng_key, 3)
-    probs = jax.nn.softmax(root.prior_logits)
-    batch, num_actions = probs.shape
-    noise = jax.random.dirichlet(dirichlet_key, jnp.full([num_actions], dirichlet_alpha),
-                                 shape=(batch,))
-    noisy = (1 - dirichlet_fraction) * probs + dirichlet_fraction * noise
-    logits = jnp.log(jnp.maximum(noisy, jnp.finfo(noisy.dtype).tiny))
-    root = root.replace(prior_logits=muzero_lib.mask_invalid_actions(logits, invalid_actions))
+    search_lib.validate_search_inputs(root.prior_logits, root.value[:, 0], num_simulations,
+                                      invalid_actions, max_depth)
+    key, dirichlet_key, search_key = jax.random.split(key, 3)
+    root = root.replace(prior_logits=muzero_lib.add_dirichlet_noise(
+        dirichlet_key, root.prior_logits, invalid_actions, dirichlet_fraction=dirichlet_fraction,
+        dirichlet_alpha=dirichlet_alpha))
     interior = functools.partial(search_lib.muzero_action_selection, pb_c_init=pb_c_init,
                                  pb_c_base=pb_c_base, qtransform=qtransform)
     tree = risk_search(params, search_key, root=root, recurrent_fn=recurrent_fn,
@@ -257,10 +300,8 @@ def risk_muzero_policy(params: Any, rng_key: jax.Array, root: RiskRootFnOutput,
                        sample_history=sample_history, max_depth=max_depth,
                        invalid_actions=invalid_actions, loop_fn=loop_fn)
     weights = tree.summary().visit_probs
-    lg = jnp.log(jnp.maximum(weights, jnp.finfo(weights.dtype).tiny))
-    lg = (lg - jnp.max(lg, -1, keepdims=True)) / jnp.maximum(jnp.finfo(lg.dtype).tiny, temperature)
-    return PolicyOutput(action=jax.random.categorical(rng_key, lg), action_weights=weights,
-                        search_tree=tree)
+    return PolicyOutput(action=muzero_lib.act_by_visits(key, weights, temperature),
+                        action_weights=weights, search_tree=tree)
 
 
 from jaxpapers.search._types import RiskRecurrentFnOutput  # noqa: E402,F401  (doctest namespace)

@@ -40,7 +40,8 @@ from jaxpapers.core import pytree
 from jaxpapers.search.risk import exact_cvar_discrete, quantile_midpoints
 
 __all__ = ["TabularEnv", "EnvState", "grid_risk", "cliff_corridor", "reset", "step", "observe",
-           "reward_quantiles", "rollout_value_quantiles", "greedy_value_quantiles", "exact_path_objectives", "exact_cvar_dp", "GRID_RISK_LAYOUT"]
+           "reward_quantiles", "rollout_value_quantiles", "greedy_value_quantiles",
+           "path_distribution", "exact_path_objectives", "exact_cvar_dp", "GRID_RISK_LAYOUT"]
 
 GRID_RISK_LAYOUT = ("NNROO", "NBNRO", "YNBNR", "OYNBN", "OOYNG")
 
@@ -99,7 +100,18 @@ def _make(next_state, values, probs, terminal, start, max_steps, name) -> Tabula
 
 
 def grid_risk(max_steps: int = 16) -> TabularEnv:
-    """GridRisk (RiskZero's 5x5 risk grid); state = row * 5 + col; actions 0 down, 1 right."""
+    """GridRisk (RiskZero's 5x5 risk grid); state = row * 5 + col; actions 0 down, 1 right.
+
+    Args:
+      max_steps: episode truncation (static).
+
+    Returns:
+      The :class:`TabularEnv` (25 states, 2 actions, 2 reward outcomes per move).
+
+    >>> env = grid_risk()
+    >>> env.num_states, env.next_state[0].tolist()  # from the top-left: down -> 5, right -> 1
+    (25, [5, 1])
+    """
     n = 5
     bonus = {"Y": (10.0, 0.75), "B": (2.0, 1.0), "R": (40.0, 0.3)}
     ns = np.zeros((n * n, 2), np.int32)
@@ -125,7 +137,21 @@ def grid_risk(max_steps: int = 16) -> TabularEnv:
 def cliff_corridor(length: int = 6, p_catastrophe: float = 0.03, catastrophe: float = -25.0,
                    max_steps: int | None = None) -> TabularEnv:
     """Corridor with a safe lane (action 0: -1) and a fast lane (action 1: +1, or ``catastrophe``
-    with probability ``p_catastrophe``); ``length`` steps to the end."""
+    with probability ``p_catastrophe``); ``length`` steps to the end.
+
+    Args:
+      length: steps from the start to the end.
+      p_catastrophe: probability of the catastrophe on each fast step.
+      catastrophe: its reward.
+      max_steps: episode truncation (default ``2 * length``).
+
+    Returns:
+      The :class:`TabularEnv` (``length + 1`` states, 2 actions).
+
+    >>> env = cliff_corridor(length=3)
+    >>> env.num_states, env.max_steps
+    (4, 6)
+    """
     s_n = length + 1
     ns = np.zeros((s_n, 2), np.int32)
     vals = np.zeros((s_n, 2, 2))
@@ -142,13 +168,34 @@ def cliff_corridor(length: int = 6, p_catastrophe: float = 0.03, catastrophe: fl
 
 
 def reset(env: TabularEnv) -> EnvState:
-    """Initial state (deterministic start)."""
+    """Initial state (deterministic start).
+
+    Args:
+      env: the environment.
+
+    Returns:
+      :class:`EnvState` at ``env.start`` with no step taken and return 0.
+
+    >>> int(reset(cliff_corridor()).s)
+    0
+    """
     return EnvState(s=env.start, t=jnp.zeros((), jnp.int32), done=env.terminal[env.start],
                     ret=jnp.zeros((), jnp.float32))
 
 
 def observe(env: TabularEnv, state: EnvState) -> jax.Array:
-    """[S] float32 one-hot observation of the state."""
+    """[S] float32 one-hot observation of the state.
+
+    Args:
+      env: the environment.
+      state: unbatched state.
+
+    Returns:
+      [S] one-hot vector.
+
+    >>> observe(cliff_corridor(length=3), reset(cliff_corridor(length=3))).tolist()
+    [1.0, 0.0, 0.0, 0.0]
+    """
     return jax.nn.one_hot(state.s, env.num_states, dtype=jnp.float32)
 
 
@@ -156,8 +203,20 @@ def step(env: TabularEnv, state: EnvState, action: jax.Array,
          key: jax.Array) -> tuple[EnvState, jax.Array]:
     """One transition (unbatched; ``key`` consumed). Steps after ``done`` are no-ops with reward 0.
 
+    Args:
+      env: the environment.
+      state: unbatched state.
+      action: [] int action.
+      key: consumed (draws the reward outcome).
+
     Returns:
       ``(next_state, reward [])``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> env = cliff_corridor(length=3)
+    >>> s, r = step(env, reset(env), jnp.int32(0), jax.random.key(0))  # the safe lane
+    >>> int(s.s), float(r)
+    (1, -1.0)
     """
     k = jax.random.choice(key, env.reward_values.shape[-1], p=env.reward_probs[state.s, action])
     r = jnp.where(state.done, 0.0, env.reward_values[state.s, action, k])
@@ -168,7 +227,18 @@ def step(env: TabularEnv, state: EnvState, action: jax.Array,
 
 
 def reward_quantiles(env: TabularEnv, num_quantiles: int) -> jax.Array:
-    """[S, A, Q] quantiles at the midpoints of each reward distribution (the true reward head)."""
+    """[S, A, Q] quantiles at the midpoints of each reward distribution (the true reward head).
+
+    Args:
+      env: the environment.
+      num_quantiles: Q (levels ``(2 i + 1) / 2Q``).
+
+    Returns:
+      [S, A, Q] reward quantiles.
+
+    >>> reward_quantiles(cliff_corridor(length=3), 4)[0].tolist()  # safe, fast lane
+    [[-1.0, -1.0, -1.0, -1.0], [1.0, 1.0, 1.0, 1.0]]
+    """
     tau = quantile_midpoints(num_quantiles)
     order = jnp.argsort(env.reward_values, axis=-1)
     v = jnp.take_along_axis(env.reward_values, order, -1)
@@ -182,6 +252,16 @@ def rollout_value_quantiles(env: TabularEnv, num_quantiles: int) -> jax.Array:
     """[S, Q] quantiles of the return-to-go of the uniform policy over moves that do not stay put.
 
     The classic MCTS rollout evaluation, computed exactly (float64 DP over the DAG); 0 at terminals.
+
+    Args:
+      env: the environment (small, deterministic transitions).
+      num_quantiles: Q.
+
+    Returns:
+      [S, Q] float32 quantiles.
+
+    >>> rollout_value_quantiles(cliff_corridor(length=3), 4)[0].tolist()
+    [-3.0, -1.0, 1.0, 1.0]
     """
     ns, vals, probs, term, _ = _tables(env)
     tau = np.asarray(quantile_midpoints(num_quantiles), np.float64)
@@ -226,6 +306,13 @@ def greedy_value_quantiles(env: TabularEnv, num_quantiles: int, *, objective: st
       env: the environment. num_quantiles: Q (midpoint levels).
       objective: ``"mean"`` or ``"cvar"`` (CVaR_alpha of the return-to-go).
       alpha: CVaR level in (0, 1] (ignored for ``"mean"``).
+
+    Returns:
+      [S, Q] float32 quantiles.
+
+    >>> env = cliff_corridor(length=3)
+    >>> greedy_value_quantiles(env, 4, objective="cvar", alpha=0.25)[0].tolist()  # the safe lane
+    [-3.0, -3.0, -3.0, -3.0]
     """
     if objective not in ("mean", "cvar"):
         raise ValueError(f"objective must be 'mean' or 'cvar', got {objective!r}")
@@ -241,7 +328,7 @@ def greedy_value_quantiles(env: TabularEnv, num_quantiles: int, *, objective: st
         for path in _enumerate_paths(env, s):
             if not path:
                 continue
-            z, pr = _path_distribution(env, path, s)
+            z, pr = path_distribution(env, path, s)
             score = float(np.sum(z * pr)) if objective == "mean" else exact_cvar_discrete(z, pr, alpha)
             if score > best + 1e-12:
                 best, best_dist = score, (z, pr)
@@ -280,8 +367,25 @@ def _enumerate_paths(env: TabularEnv, start: int | None = None):
     return out
 
 
-def _path_distribution(env: TabularEnv, actions,
-                       start: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def path_distribution(env: TabularEnv, actions,
+                      start: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact distribution of the return of an open-loop action sequence (numpy, float64).
+
+    The rewards of the steps are independent, so the law of their sum is the convolution of the
+    per-step laws (transitions are deterministic: the path fixes every state).
+
+    Args:
+      env: the environment (its tables are read as float64, rounded to 1e-6).
+      actions: sequence of ``T`` action indices taken from ``start``.
+      start: start state (default: ``env.start``).
+
+    Returns:
+      ``(values [K], probs [K])``: the distinct returns in increasing order and their probabilities.
+
+    >>> z, p = path_distribution(cliff_corridor(length=2), (1, 1))  # the fast lane twice
+    >>> z.tolist(), [round(x, 4) for x in p.tolist()]
+    ([-50.0, -24.0, 2.0], [0.0009, 0.0582, 0.9409])
+    """
     ns, vals, probs, _, s0 = _tables(env)
     dist = {0.0: 1.0}
     s = s0 if start is None else start
@@ -300,14 +404,22 @@ def _path_distribution(env: TabularEnv, actions,
 def exact_path_objectives(env: TabularEnv, alpha: float) -> dict:
     """Mean and CVaR_alpha of every path; the best path of each objective (float64).
 
+    Args:
+      env: the environment (small, deterministic transitions).
+      alpha: CVaR level in (0, 1].
+
     Returns:
       dict with ``paths`` (list of action tuples), ``mean`` [P], ``cvar`` [P] and ``neutral`` /
       ``cvar_opt`` entries ``{"path", "mean", "cvar"}`` for the mean- and CVaR-optimal paths.
+
+    >>> ex = exact_path_objectives(cliff_corridor(length=3), 0.25)
+    >>> ex["neutral"]["path"], ex["cvar_opt"]["path"], ex["cvar_opt"]["cvar"]
+    ((1, 1, 1), (0, 0, 0), -3.0)
     """
     paths = _enumerate_paths(env)
     means, cvars = [], []
     for p in paths:
-        z, pr = _path_distribution(env, p)
+        z, pr = path_distribution(env, p)
         means.append(float(np.sum(z * pr)))
         cvars.append(exact_cvar_discrete(z, pr, alpha))
     means, cvars = np.array(means), np.array(cvars)
@@ -322,11 +434,21 @@ def exact_cvar_dp(env: TabularEnv, alpha: float) -> float:
     ``max_b b - min_pi E[(b - Z)^+] / alpha``; the inner problem is a DP on (state, return so far)
     over the DAG (moves that stay in place are excluded: they add a sure -1 and are dominated). The
     maximising ``b`` is a value of Z's support, so the candidates are all reachable path returns.
+
+    Args:
+      env: the environment (small, deterministic transitions, a DAG).
+      alpha: CVaR level in (0, 1].
+
+    Returns:
+      The optimal CVaR_alpha of the episode return.
+
+    >>> exact_cvar_dp(cliff_corridor(length=3), 0.25)
+    -3.0
     """
     ns, vals, probs, term, start = _tables(env)
     num_a = ns.shape[1]
     cands = sorted({float(z) for p in _enumerate_paths(env)
-                    for z in _path_distribution(env, p)[0]})
+                    for z in path_distribution(env, p)[0]})
     best = -np.inf
     for b in cands:
         @functools.lru_cache(maxsize=None)

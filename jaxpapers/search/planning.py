@@ -53,6 +53,13 @@ def make_true_model(env: envs_lib.TabularEnv, num_quantiles: int, *,
         (:func:`envs.greedy_value_quantiles`), what a value head trained to its fixed point under an
         objective-greedy policy represents.
       objective, alpha: the objective of ``"greedy"`` (``"mean"`` or ``"cvar"`` at level alpha).
+
+    Returns:
+      :class:`TrueModel` with ``reward_q`` [S, A, Q] and ``value_q`` [S, Q].
+
+    >>> m = make_true_model(envs_lib.cliff_corridor(length=3), 4)
+    >>> m.reward_q.shape, m.value_q.shape
+    ((4, 2, 4), (4, 4))
     """
     if leaf_value not in ("rollout", "zero", "greedy"):
         raise ValueError(f"leaf_value must be 'rollout', 'zero' or 'greedy', got {leaf_value!r}")
@@ -69,7 +76,24 @@ def make_true_model(env: envs_lib.TabularEnv, num_quantiles: int, *,
 
 def true_recurrent_fn(model: TrueModel, key: jax.Array, action: jax.Array,
                       s: jax.Array) -> tuple[RiskRecurrentFnOutput, jax.Array]:
-    """``recurrent_fn`` of the known model; the embedding is the state index [B]."""
+    """``recurrent_fn`` of the known model; the embedding is the state index [B].
+
+    Args:
+      model: the known model (the search's ``params``).
+      key: unused.
+      action: [B] int actions.
+      s: [B] int states (the embedding).
+
+    Returns:
+      ``(RiskRecurrentFnOutput, next states [B])``: reward quantiles [B, Q] (0 after the end),
+      discount 0 at the end, next-state value quantiles and logits (``-1e9`` for moves that stay).
+
+    >>> import jax.numpy as jnp
+    >>> m = make_true_model(envs_lib.cliff_corridor(length=3), 4)
+    >>> out, s2 = true_recurrent_fn(m, None, jnp.array([1, 0]), jnp.array([0, 2]))
+    >>> s2.tolist(), out.discount.tolist()  # the second move reaches the end
+    ([1, 3], [1.0, 0.0])
+    """
     del key
     s2 = model.next_state[s, action]
     done = model.terminal[s] | model.terminal[s2]
@@ -83,14 +107,40 @@ def true_recurrent_fn(model: TrueModel, key: jax.Array, action: jax.Array,
 
 
 def true_root(model: TrueModel, s: jax.Array, history_q: jax.Array) -> RiskRootFnOutput:
-    """Root of the known model at states ``s`` [B] with return-history quantiles [B, Q]."""
+    """Root of the known model at states ``s`` [B] with return-history quantiles [B, Q].
+
+    Args:
+      model: the known model.
+      s: [B] int states.
+      history_q: [B, Q] quantiles of the return accumulated before the root.
+
+    Returns:
+      :class:`RiskRootFnOutput` (root discount 1).
+
+    >>> import jax.numpy as jnp
+    >>> m = make_true_model(envs_lib.cliff_corridor(length=3), 4)
+    >>> true_root(m, jnp.array([0, 1]), jnp.zeros((2, 4))).value.shape
+    (2, 4)
+    """
     return RiskRootFnOutput(prior_logits=jnp.where(model.stay[s], -1e9, 0.0),
                             value=model.value_q[s], embedding=s, return_history=history_q,
                             root_discount=jnp.ones(s.shape, history_q.dtype))
 
 
 def empirical_cvar(returns: jax.Array, alpha: float) -> jax.Array:
-    """CVaR_alpha of equally weighted returns [E] (mean of the worst alpha fraction)."""
+    """CVaR_alpha of equally weighted returns [E] (mean of the worst alpha fraction).
+
+    Args:
+      returns: [E] returns.
+      alpha: level in (0, 1].
+
+    Returns:
+      [] CVaR.
+
+    >>> import jax.numpy as jnp
+    >>> float(empirical_cvar(jnp.array([-10.0, 1.0, 2.0, 3.0]), 0.25))
+    -10.0
+    """
     from jaxpapers.search.risk import cvar
     return cvar(returns, alpha)
 
@@ -123,6 +173,14 @@ def evaluate_planner(env: envs_lib.TabularEnv, model: TrueModel,
 
     Returns:
       ``{"returns": [E], "actions": [T, E]}``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> env = envs_lib.cliff_corridor(length=3)
+    >>> safe = lambda key, root, invalid: jnp.zeros(root.value.shape[0], jnp.int32)
+    >>> out = evaluate_planner(env, make_true_model(env, 4), safe, jax.random.key(0),
+    ...                        num_episodes=2)
+    >>> out["returns"].tolist()
+    [-3.0, -3.0]
     """
     if history not in ("path", "realized"):
         raise ValueError(f"history must be 'path' or 'realized', got {history!r}")

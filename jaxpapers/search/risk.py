@@ -18,26 +18,33 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr, ndtri
 
+from jaxpapers.core.checks import check_int, check_range
+
 __all__ = ["mean_utility", "cvar", "wang", "power", "distortion_utility", "make_utility",
            "quantile_midpoints", "kth_smallest", "sort_small", "mix32", "uniform_from_seed",
            "hashed_uniform", "quantile_function", "sample_quantiles",
            "quantile_huber_loss", "exact_cvar_discrete"]
 
 
-def _check_level(name: str, x, lo_open: float, hi: float | None) -> None:
-    if isinstance(x, jax.core.Tracer):
-        return
-    v = np.asarray(x)
-    if v.ndim != 0:
-        raise ValueError(f"{name} must be a scalar, got shape {v.shape}")
-    v = float(v)
-    if not (v > lo_open and (hi is None or v <= hi)):
-        rng = f"({lo_open}, {hi}]" if hi is not None else f"({lo_open}, inf)"
-        raise ValueError(f"{name} must lie in {rng}, got {v}")
+def _check_alpha(alpha) -> None:
+    """A CVaR level: a scalar in (0, 1] (1 is the mean); skipped for tracers."""
+    check_range("alpha", alpha, low=0.0, high=1.0, low_open=True, scalar=True)
 
 
 def distortion_utility(samples: jax.Array, g) -> jax.Array:
-    """``sum_i z_(i) (g(i/M) - g((i-1)/M))`` for samples [M] and a distortion ``g`` (unbatched)."""
+    """``sum_i z_(i) (g(i/M) - g((i-1)/M))`` for samples [M] and a distortion ``g`` (unbatched).
+
+    Args:
+      samples: [M] return samples.
+      g: increasing distortion of [0, 1] with ``g(0) = 0``, ``g(1) = 1`` (vectorised).
+
+    Returns:
+      [] utility.
+
+    >>> import jax.numpy as jnp
+    >>> float(distortion_utility(jnp.arange(8.0), lambda u: jnp.minimum(u / 0.5, 1.0)))  # CVaR_0.5
+    1.5
+    """
     m = samples.shape[-1]
     z = jnp.sort(samples, axis=-1)
     u = jnp.arange(m + 1, dtype=z.dtype) / m
@@ -47,7 +54,18 @@ def distortion_utility(samples: jax.Array, g) -> jax.Array:
 
 
 def mean_utility(samples: jax.Array) -> jax.Array:
-    """Risk-neutral utility: the sample mean of samples [M] (unbatched)."""
+    """Risk-neutral utility: the sample mean of samples [M] (unbatched).
+
+    Args:
+      samples: [M] return samples.
+
+    Returns:
+      [] their mean.
+
+    >>> import jax.numpy as jnp
+    >>> float(mean_utility(jnp.arange(8.0)))
+    3.5
+    """
     return jnp.mean(samples, axis=-1)
 
 
@@ -84,10 +102,20 @@ def kth_smallest(x: jax.Array, k: int) -> jax.Array:
     (16, 32 or 64 bits). Radix select on order-preserving integer keys, most significant bit
     first: the answer key is built bit by bit, keeping a bit set while fewer than ``k`` entries
     lie below the candidate (one compare-and-count pass per bit, no sort, no scatter).
+
+    Args:
+      x: [..., M] floats.
+      k: 1-based rank in [1, M] (static int; bools are rejected).
+
+    Returns:
+      [...] the k-th smallest entries.
+
+    >>> import jax.numpy as jnp
+    >>> float(kth_smallest(jnp.array([3.0, 1.0, 2.0]), 2))
+    2.0
     """
     m = x.shape[-1]
-    if not isinstance(k, (int, np.integer)) or not 1 <= k <= m:
-        raise ValueError(f"k must be an int in [1, {m}], got {k!r}")
+    check_int("k", k, minimum=1, maximum=m)
     keys = _order_keys(x)
     width = jnp.finfo(x.dtype).bits
     t = jnp.zeros(x.shape[:-1], keys.dtype)
@@ -106,6 +134,17 @@ def sort_small(x: jax.Array, max_size: int = 64) -> jax.Array:
     -0.0 before 0.0, NaN of either sign last, as +NaN), ties by position, so the ranks are a
     permutation and every entry lands exactly once, bit for bit. Falls back to ``jnp.sort`` when
     the last axis is longer than ``max_size``.
+
+    Args:
+      x: [..., Q] floats.
+      max_size: longest last axis sorted by ranking (static).
+
+    Returns:
+      [..., Q] sorted along the last axis.
+
+    >>> import jax.numpy as jnp
+    >>> sort_small(jnp.array([3.0, -0.0, 1.0, 0.0])).tolist()
+    [-0.0, 0.0, 1.0, 3.0]
     """
     n = x.shape[-1]
     if n > max_size:
@@ -127,11 +166,22 @@ def cvar(samples: jax.Array, alpha) -> jax.Array:
     ``alpha`` in (0, 1]; ``alpha = 1`` is the mean. The boundary sample gets the fractional weight
     (Rockafellar & Uryasev 2002, Eq. 10), so the estimator is continuous in ``alpha``.
 
+    Args:
+      samples: [M] return samples.
+      alpha: level in (0, 1]; a Python float selects the radix-select path, an array (or tracer)
+        the distortion form (both give the same value).
+
+    Returns:
+      [] CVaR.
+
+    Raises:
+      ValueError: a concrete ``alpha`` outside (0, 1] or not a scalar.
+
     >>> import jax.numpy as jnp
     >>> float(cvar(jnp.arange(8.0), 0.25))
     0.5
     """
-    _check_level("alpha", alpha, 0.0, 1.0)
+    _check_alpha(alpha)
     m = samples.shape[-1]
     if isinstance(alpha, (int, float)):
         # Static level: only the k = ceil(alpha M) lowest samples matter. The k-th smallest is
@@ -153,7 +203,19 @@ def cvar(samples: jax.Array, alpha) -> jax.Array:
 
 
 def wang(samples: jax.Array, eta) -> jax.Array:
-    """Wang-transform utility ``g(u) = Phi(Phi^-1(u) + eta)`` (risk-averse for eta > 0)."""
+    """Wang-transform utility ``g(u) = Phi(Phi^-1(u) + eta)`` (risk-averse for eta > 0).
+
+    Args:
+      samples: [M] return samples.
+      eta: [] distortion strength (traceable).
+
+    Returns:
+      [] utility.
+
+    >>> import jax.numpy as jnp
+    >>> round(float(wang(jnp.arange(8.0), 0.5)), 4)  # below the mean 3.5
+    2.4241
+    """
     def g(u):
         inner = ndtri(jnp.clip(u, 0.0, 1.0))
         return jnp.where(u <= 0, 0.0, jnp.where(u >= 1, 1.0, ndtr(inner + eta)))
@@ -161,8 +223,20 @@ def wang(samples: jax.Array, eta) -> jax.Array:
 
 
 def power(samples: jax.Array, eta) -> jax.Array:
-    """Power-distortion utility ``g(u) = 1 - (1 - u)^(1 + eta)`` (eta > -1; risk-averse if > 0)."""
-    _check_level("eta", eta, -1.0, None)
+    """Power-distortion utility ``g(u) = 1 - (1 - u)^(1 + eta)`` (eta > -1; risk-averse if > 0).
+
+    Args:
+      samples: [M] return samples.
+      eta: [] exponent offset > -1 (traceable).
+
+    Returns:
+      [] utility.
+
+    >>> import jax.numpy as jnp
+    >>> float(power(jnp.arange(8.0), 1.0))
+    2.1875
+    """
+    check_range("eta", eta, low=-1.0, low_open=True, scalar=True)
     return distortion_utility(samples, lambda u: 1.0 - (1.0 - u) ** (1.0 + eta))
 
 
@@ -170,6 +244,18 @@ def make_utility(name: str, level=None):
     """``samples [M] -> scalar`` for ``name`` in mean / cvar / wang / power (level = alpha or eta).
 
     The name is resolved here, in Python, never inside jitted code.
+
+    Args:
+      name: ``"mean"``, ``"cvar"``, ``"wang"`` or ``"power"``.
+      level: alpha in (0, 1] for ``"cvar"``, eta for ``"wang"`` / ``"power"``; unused for
+        ``"mean"``.
+
+    Returns:
+      The utility function ``samples [M] -> []``.
+
+    >>> import jax.numpy as jnp
+    >>> float(make_utility("cvar", 0.25)(jnp.arange(8.0)))
+    0.5
     """
     if name == "mean":
         return mean_utility
@@ -179,17 +265,39 @@ def make_utility(name: str, level=None):
     if name not in fns:
         raise ValueError(f"utility must be one of mean, cvar, wang, power; got {name!r}")
     if name == "cvar":
-        _check_level("alpha", level, 0.0, 1.0)
+        _check_alpha(level)
     return functools.partial(fns[name], **({"alpha": level} if name == "cvar" else {"eta": level}))
 
 
 def quantile_midpoints(num_quantiles: int, dtype=jnp.float32) -> jax.Array:
-    """tau_i = (2 i + 1) / (2 Q), i = 0..Q-1 [Q] (QR-DQN, Dabney et al. 2018, Lemma 2)."""
+    """tau_i = (2 i + 1) / (2 Q), i = 0..Q-1 [Q] (QR-DQN, Dabney et al. 2018, Lemma 2).
+
+    Args:
+      num_quantiles: Q.
+      dtype: float dtype.
+
+    Returns:
+      [Q] midpoint levels.
+
+    >>> quantile_midpoints(4).tolist()
+    [0.125, 0.375, 0.625, 0.875]
+    """
     return (2 * jnp.arange(num_quantiles, dtype=dtype) + 1) / (2 * num_quantiles)
 
 
 def mix32(x: jax.Array) -> jax.Array:
-    """The "lowbias32" integer mixer (C. Wellons) on uint32 arrays: a bijection with good avalanche."""
+    """The "lowbias32" integer mixer (C. Wellons) on uint32 arrays: a bijection with good avalanche.
+
+    Args:
+      x: integer array (cast to uint32).
+
+    Returns:
+      uint32 array of the same shape.
+
+    >>> import jax.numpy as jnp
+    >>> mix32(jnp.arange(3, dtype=jnp.uint32)).tolist()
+    [0, 1753845952, 3507691905]
+    """
     x = x.astype(jnp.uint32)
     x = x ^ (x >> 16)
     x = x * jnp.uint32(0x7FEB352D)
@@ -205,6 +313,19 @@ def uniform_from_seed(seed: jax.Array, num_samples: int, dtype=jnp.float32) -> j
     Threefry block each (the search draws ``B x 2 x M`` samples per simulation, and Threefry
     dominated its run time on CPU). 24 bits of resolution (computed in float32, then cast and
     clipped into the open interval of ``dtype``).
+
+    Args:
+      seed: [...] uint32 seeds.
+      num_samples: M (static).
+      dtype: float dtype of the result.
+
+    Returns:
+      [..., M] uniforms.
+
+    >>> import jax.numpy as jnp
+    >>> u = uniform_from_seed(jnp.array([7, 8], jnp.uint32), 4)
+    >>> u.shape, bool(((u > 0) & (u < 1)).all())
+    ((2, 4), True)
     """
     seed = jnp.asarray(seed, jnp.uint32)
     x = seed[..., None] + jnp.arange(num_samples, dtype=jnp.uint32) * jnp.uint32(0x9E3779B9)
@@ -219,6 +340,18 @@ def hashed_uniform(key: jax.Array, num_samples: int, dtype=jnp.float32) -> jax.A
     """[M] uniforms in (0, 1) from one 32-bit seed drawn with ``key`` (see :func:`uniform_from_seed`).
 
     Stateless, like ``jax.random``. ``key`` is consumed.
+
+    Args:
+      key: consumed.
+      num_samples: M (static).
+      dtype: float dtype of the result.
+
+    Returns:
+      [M] uniforms.
+
+    >>> import jax
+    >>> hashed_uniform(jax.random.key(0), 3).shape
+    (3,)
     """
     return uniform_from_seed(jax.random.bits(key, (), jnp.uint32), num_samples, dtype)
 
@@ -228,6 +361,17 @@ def quantile_function(quantiles: jax.Array, tau: jax.Array) -> jax.Array:
 
     ``tau_i = (i + 0.5) / Q`` maps to ``quantiles[i]``; linear between neighbours, constant beyond
     the outer midpoints. A gather and a lerp (``jnp.interp``'s search is far slower on CPU).
+
+    Args:
+      quantiles: [..., Q] sorted quantiles at the midpoints.
+      tau: [..., M] levels in [0, 1] (leading axes broadcast with ``quantiles``'s).
+
+    Returns:
+      [..., M] values of the quantile function.
+
+    >>> import jax.numpy as jnp
+    >>> quantile_function(jnp.array([0.0, 1.0]), jnp.array([0.0, 0.25, 0.5, 0.75, 1.0])).tolist()
+    [0.0, 0.0, 0.5, 1.0, 1.0]
     """
     nq = quantiles.shape[-1]
     x = jnp.clip(tau * nq - 0.5, 0.0, nq - 1)
@@ -254,6 +398,21 @@ def sample_quantiles(key: jax.Array, quantiles: jax.Array, num_samples: int, *,
     (so sums of independent variables are not comonotone), which removes most Monte-Carlo error of
     one variable. ``key`` is consumed. ``assume_sorted`` skips sorting ``quantiles`` (the caller
     sorted them once).
+
+    Args:
+      key: consumed.
+      quantiles: [Q] quantiles at the midpoint levels.
+      num_samples: M (static).
+      stratified: use the shuffled grid of M levels instead of uniform draws.
+      assume_sorted: the quantiles are already sorted.
+
+    Returns:
+      [M] samples.
+
+    >>> import jax, jax.numpy as jnp
+    >>> z = sample_quantiles(jax.random.key(0), jnp.array([0.0, 1.0]), 4, stratified=True)
+    >>> sorted(z.tolist())
+    [0.0, 0.25, 0.75, 1.0]
     """
     q = quantiles if assume_sorted else jnp.sort(quantiles, axis=-1)
     if stratified:
@@ -269,6 +428,18 @@ def quantile_huber_loss(pred: jax.Array, target: jax.Array, *, kappa: float = 1.
 
     ``mean_j sum_i |tau_i - 1{target_j < pred_i}| L_kappa(target_j - pred_i) / kappa`` (unbatched;
     ``target`` is treated as a constant).
+
+    Args:
+      pred: [Q] predicted quantiles at the midpoint levels.
+      target: [T] target samples (no gradient flows into them).
+      kappa: Huber threshold > 0.
+
+    Returns:
+      [] loss.
+
+    >>> import jax.numpy as jnp
+    >>> float(quantile_huber_loss(jnp.array([0.0, 1.0]), jnp.array([0.0, 1.0])))
+    0.125
     """
     target = jax.lax.stop_gradient(target)
     tau = quantile_midpoints(pred.shape[-1], pred.dtype)
@@ -280,7 +451,19 @@ def quantile_huber_loss(pred: jax.Array, target: jax.Array, *, kappa: float = 1.
 
 
 def exact_cvar_discrete(values, probs, alpha: float) -> float:
-    """CVaR_alpha of a finite distribution (numpy float64 reference): ``E[Z | Z in worst alpha]``."""
+    """CVaR_alpha of a finite distribution (numpy float64 reference): ``E[Z | Z in worst alpha]``.
+
+    Args:
+      values: [K] outcomes.
+      probs: [K] their probabilities (summing to 1).
+      alpha: level in (0, 1].
+
+    Returns:
+      The CVaR as a Python float.
+
+    >>> exact_cvar_discrete([-10.0, 5.0], [0.1, 0.9], 0.2)
+    -2.5
+    """
     import numpy as np
     v = np.asarray(values, np.float64)
     p = np.asarray(probs, np.float64)

@@ -160,8 +160,7 @@ class ReplayBuffer:
         new = {f: getattr(self, f).at[idx].set(traj[f].astype(getattr(self, f).dtype))
                for f in ("obs", "hist", "action", "reward", "policy", "value_q", "valid",
                          "ret_before", "state")}
-        return dataclasses.replace(self, **new, ptr=(self.ptr + e) % cap,
-                                   size=jnp.minimum(self.size + e, cap))
+        return self.replace(**new, ptr=(self.ptr + e) % cap, size=jnp.minimum(self.size + e, cap))
 
 
 def _empty_buffer(cfg: AgentConfig, env: envs_lib.TabularEnv) -> ReplayBuffer:
@@ -175,8 +174,26 @@ def _empty_buffer(cfg: AgentConfig, env: envs_lib.TabularEnv) -> ReplayBuffer:
 
 
 def make_agent(cfg: AgentConfig, env: envs_lib.TabularEnv):
-    """``(net, root_fn, recurrent_fn)`` for the variant; root_fn(params, s [B], hist [B, L, S],
-    ret [B]) -> RiskRootFnOutput."""
+    """The network and the search's model functions for the variant.
+
+    Args:
+      cfg: agent structure.
+      env: the environment (``risk_alphazero`` uses its true transitions and rewards).
+
+    Returns:
+      ``(net, root_fn, recurrent_fn)``: ``root_fn(params, s [B], hist [B, L, S], ret [B]) ->
+      RiskRootFnOutput`` and ``recurrent_fn(params, key, action [B], embedding) ->
+      (RiskRecurrentFnOutput, embedding)`` for :func:`jaxpapers.search.risk_gumbel_muzero_policy`.
+
+    >>> import jax, jax.numpy as jnp
+    >>> cfg = AgentConfig(num_quantiles=4, hidden=8, latent=4, history_len=2)
+    >>> env = envs_lib.cliff_corridor(length=2)
+    >>> net, root_fn, rec = make_agent(cfg, env)
+    >>> params = net.init(jax.random.key(0), jnp.zeros(3), jnp.zeros((2, 3)), jnp.int32(0))
+    >>> root = root_fn(params, jnp.array([0, 1]), jnp.zeros((2, 2, 3)), jnp.zeros(2))
+    >>> root.prior_logits.shape, root.value.shape
+    ((2, 2), (2, 4))
+    """
     net = Net(env.num_actions, cfg.num_quantiles, cfg.hidden, cfg.latent, cfg.value_scale)
     true_rq = envs_lib.reward_quantiles(env, cfg.num_quantiles)
 
@@ -327,7 +344,16 @@ def _loss_fn(cfg: AgentConfig, net: Net):
 
 def evaluate_agent(cfg: AgentConfig, env: envs_lib.TabularEnv, params: Any, key: jax.Array, *,
                    num_episodes: int) -> dict[str, jax.Array]:
-    """Greedy (Gumbel scale 0) episodes; returns mean and CVaR_alpha of the episode returns."""
+    """Greedy (Gumbel scale 0) episodes; returns mean and CVaR_alpha of the episode returns.
+
+    Args:
+      cfg, env, params: agent, environment and network parameters.
+      key: consumed.
+      num_episodes: E (run in parallel, :func:`self_play`).
+
+    Returns:
+      ``{"mean": [], "cvar": [], "returns": [E]}``.
+    """
     traj = self_play(cfg, env, params, key, num_envs=num_episodes, gumbel_scale=0.0)
     r = traj["returns"]
     return {"mean": jnp.mean(r), "cvar": risk_lib.cvar(r, cfg.risk_level), "returns": r}
@@ -337,7 +363,15 @@ def train_agent(cfg: AgentConfig, env: envs_lib.TabularEnv, key: jax.Array, *, n
                 iters_per_eval: int, eval_episodes: int) -> dict[str, jax.Array]:
     """Self-play + replay training; ``num_evals`` greedy evaluations, one after each chunk.
 
-    Jittable and vmappable over ``key`` (seeds). ``key`` is consumed.
+    Jittable and vmappable over ``key`` (seeds). Examples: ``tests/search/test_riskzero.py`` (a
+    compiled run takes tens of seconds, too slow for a doctest).
+
+    Args:
+      cfg, env: agent and environment.
+      key: consumed.
+      num_evals: evaluation chunks (static).
+      iters_per_eval: self-play + update iterations per chunk (static).
+      eval_episodes: greedy episodes per evaluation (static).
 
     Returns:
       ``{"mean": [num_evals], "cvar": [num_evals], "loss": [num_evals], "params": ...}``.

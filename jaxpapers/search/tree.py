@@ -11,10 +11,12 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxpapers.core import pytree
+from jaxpapers.core.checks import concrete
 
-__all__ = ["Tree", "SearchSummary", "instantiate_tree", "qvalues", "summary",
+__all__ = ["Tree", "SearchSummary", "instantiate_tree", "summary", "qtransform_by_min_max",
            "qtransform_by_parent_and_siblings", "qtransform_completed_by_mix_value"]
 
 ROOT_INDEX = 0
@@ -70,11 +72,29 @@ class Tree:
     def num_simulations(self) -> int:
         return self.node_visits.shape[-1] - 1
 
-    def replace(self, **kw) -> Tree:
-        import dataclasses
-        return dataclasses.replace(self, **kw)
+    def qvalues(self, indices: jax.typing.ArrayLike) -> jax.Array:
+        """Q-values ``r(s, a) + discount(s, a) v(child(s, a))`` of nodes (mctx's ``Tree.qvalues``).
+
+        Args:
+          indices: a scalar node index for an *unbatched* tree (fields ``[N, ...]``), giving [A];
+            or node indices [B] for a batched tree, one per example, giving [B, A].
+
+        Returns:
+          [A] or [B, A] Q-values (0 on edges never expanded).
+
+        >>> import jax.numpy as jnp
+        >>> t = instantiate_tree(jnp.zeros((2, 3)), jnp.zeros(2), jnp.zeros((2, 1)),
+        ...                      num_simulations=1, invalid_actions=jnp.zeros((2, 3)))
+        >>> t = t.replace(children_rewards=t.children_rewards.at[:, 0, 1].set(1.0))
+        >>> t.qvalues(jnp.zeros(2, jnp.int32)).tolist()
+        [[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]
+        """
+        if jnp.ndim(indices):
+            return jax.vmap(_unbatched_qvalues)(self, indices)
+        return _unbatched_qvalues(self, indices)
 
     def summary(self) -> SearchSummary:
+        """Root statistics of a batched tree (see :func:`summary`)."""
         return summary(self)
 
 
@@ -98,7 +118,25 @@ class SearchSummary:
 def instantiate_tree(prior_logits: jax.Array, value: jax.Array, embedding: Any, *,
                      num_simulations: int, invalid_actions: jax.Array,
                      extra_data: Any = None) -> Tree:
-    """An empty batched tree whose root (node 0) holds ``prior_logits`` [B, A], ``value`` [B]."""
+    """An empty batched tree with ``N = num_simulations + 1`` node slots and its root filled in.
+
+    Args:
+      prior_logits: [B, A] root policy logits.
+      value: [B] root value; its dtype is the dtype of every value field.
+      embedding: pytree of [B, ...] root embeddings.
+      num_simulations: simulations the tree has room for (static).
+      invalid_actions: [B, A] 1 for invalid root actions.
+      extra_data: pytree of [B, ...] stored as ``tree.extra_data``.
+
+    Returns:
+      A :class:`Tree` whose node 0 holds the root (one visit, value ``value``).
+
+    >>> import jax.numpy as jnp
+    >>> t = instantiate_tree(jnp.zeros((2, 3)), jnp.ones(2), jnp.zeros((2, 4)),
+    ...                      num_simulations=5, invalid_actions=jnp.zeros((2, 3)))
+    >>> t.children_index.shape, t.node_visits[:, 0].tolist(), t.embeddings.shape
+    ((2, 6, 3), [1, 1], (2, 6, 4))
+    """
     batch, num_actions = prior_logits.shape
     n = num_simulations + 1
     dt = value.dtype
@@ -137,16 +175,35 @@ def set_node(tree: Tree, node_index: jax.Array, prior_logits: jax.Array, value: 
                                 embedding))
 
 
-def qvalues(tree: Tree, node_index: jax.Array) -> jax.Array:
+def _unbatched_qvalues(tree: Tree, node_index: jax.Array) -> jax.Array:
     """Q-values ``r(s, a) + discount(s, a) * v(child)`` [A] of one node of an *unbatched* tree."""
+    if tree.children_discounts.ndim != 2:
+        raise ValueError(f"a scalar node index needs an unbatched tree (children fields [N, A]); "
+                         f"got children_discounts of shape {tree.children_discounts.shape}")
     return (tree.children_rewards[node_index]
             + tree.children_discounts[node_index] * tree.children_values[node_index])
 
 
 def summary(tree: Tree) -> SearchSummary:
-    """Root statistics of a batched tree (visit counts, visit distribution, value, Q)."""
+    """Root statistics of a batched tree (mctx's ``Tree.summary``).
+
+    Args:
+      tree: batched tree (fields [B, N, ...]).
+
+    Returns:
+      :class:`SearchSummary` with root ``visit_counts`` [B, A] (float), ``visit_probs`` [B, A]
+      (uniform when the root has no visited edge), ``value`` [B] and ``qvalues`` [B, A].
+
+    >>> import jax.numpy as jnp
+    >>> t = instantiate_tree(jnp.zeros((1, 2)), jnp.full(1, 0.5), jnp.zeros((1, 1)),
+    ...                      num_simulations=3, invalid_actions=jnp.zeros((1, 2)))
+    >>> t = t.replace(children_visits=t.children_visits.at[0, 0].set(jnp.array([3, 1])))
+    >>> s = summary(t)
+    >>> s.visit_probs.tolist(), s.value.tolist()
+    ([[0.75, 0.25]], [0.5])
+    """
     value = tree.node_values[:, ROOT_INDEX]
-    q = jax.vmap(qvalues, in_axes=(0, None))(tree, ROOT_INDEX)
+    q = tree.qvalues(jnp.full(value.shape, ROOT_INDEX, jnp.int32))
     counts = tree.children_visits[:, ROOT_INDEX].astype(value.dtype)
     total = jnp.sum(counts, axis=-1, keepdims=True)
     probs = counts / jnp.maximum(total, 1)
@@ -154,13 +211,73 @@ def summary(tree: Tree) -> SearchSummary:
     return SearchSummary(visit_counts=counts, visit_probs=probs, value=value, qvalues=q)
 
 
-def qtransform_by_parent_and_siblings(tree: Tree, node_index: jax.Array, *,
+def _check_node_index(node_index) -> None:
+    if jnp.ndim(node_index) != 0:
+        raise ValueError(f"node_index must be a scalar node index of an unbatched tree (vmap the "
+                         f"Q-transform over the batch), got shape {jnp.shape(node_index)}")
+
+
+def _example_tree() -> Tree:
+    """Unbatched 3-action tree used by the examples: edges 0, 1 visited with Q 0.5 and -1."""
+    t = instantiate_tree(jnp.zeros((1, 3)), jnp.zeros(1), jnp.zeros((1, 1)), num_simulations=2,
+                         invalid_actions=jnp.zeros((1, 3)))
+    t = t.replace(children_rewards=t.children_rewards.at[0, 0, :2].set(jnp.array([0.5, -1.0])),
+                  children_visits=t.children_visits.at[0, 0, :2].set(1))
+    return jax.tree.map(lambda x: x[0], t)
+
+
+def qtransform_by_min_max(tree: Tree, node_index: jax.typing.ArrayLike, *,
+                          min_value: jax.typing.ArrayLike,
+                          max_value: jax.typing.ArrayLike) -> jax.Array:
+    """Q-values [A] normalised by given bounds: ``(q - min_value) / (max_value - min_value)``.
+
+    mctx's ``qtransform_by_min_max`` (same keywords and semantics): unvisited actions get
+    ``min_value``, hence 0 after the normalisation. Use it when the range of the returns is known
+    (e.g. [-1, 1] in two-player games), through ``functools.partial``.
+
+    Args:
+      tree: *unbatched* tree (fields [N, ...]).
+      node_index: [] index of the node whose edges are scored.
+      min_value: [] lowest possible Q-value.
+      max_value: [] highest possible Q-value (> ``min_value``).
+
+    Returns:
+      [A] normalised Q-values.
+
+    >>> q = qtransform_by_min_max(_example_tree(), 0, min_value=-1.0, max_value=1.0)
+    >>> q.tolist()
+    [0.75, 0.0, 0.0]
+    """
+    _check_node_index(node_index)
+    lo, hi = concrete(min_value), concrete(max_value)
+    if lo is not None and hi is not None and not bool(np.all(hi > lo)):
+        raise ValueError(f"max_value must be greater than min_value, got min_value={lo.tolist()}, "
+                         f"max_value={hi.tolist()}")
+    q = tree.qvalues(node_index)
+    visits = tree.children_visits[node_index]
+    completed = jnp.where(visits > 0, q, min_value)
+    return (completed - min_value) / (max_value - min_value)
+
+
+def qtransform_by_parent_and_siblings(tree: Tree, node_index: jax.typing.ArrayLike, *,
                                       epsilon: float = 1e-8) -> jax.Array:
     """Q-values [A] min-max normalised over the node value and visited siblings (unbatched tree).
 
     Unvisited actions get 0 (the minimum). MuZero's normalisation (arXiv:1911.08265, App. B).
+
+    Args:
+      tree: *unbatched* tree (fields [N, ...]).
+      node_index: [] node index.
+      epsilon: smallest denominator.
+
+    Returns:
+      [A] Q-values in [0, 1].
+
+    >>> qtransform_by_parent_and_siblings(_example_tree(), 0).tolist()  # v(node) = 0
+    [1.0, 0.0, 0.0]
     """
-    q = qvalues(tree, node_index)
+    _check_node_index(node_index)
+    q = tree.qvalues(node_index)
     visits = tree.children_visits[node_index]
     v = tree.node_values[node_index]
     safe = jnp.where(visits > 0, q, v)
@@ -178,8 +295,25 @@ def qtransform_completed_by_mix_value(tree: Tree, node_index: jax.Array, *,
 
     Unvisited actions get the mixed value ``(v_raw + sum_b N(b) * sum_{visited} pi q / sum pi) /
     (1 + sum_b N(b))``; the result is scaled by ``(maxvisit_init + max_b N(b)) * value_scale``.
+
+    Args:
+      tree: *unbatched* tree (fields [N, ...]).
+      node_index: [] node index.
+      value_scale: scale of the completed Q-values.
+      maxvisit_init: offset added to the largest visit count in the scale.
+      rescale_values: min-max rescale the completed Q-values to [0, 1] first.
+      use_mixed_value: complete with the mixed value (else with the raw value).
+      epsilon: smallest denominator of the rescaling.
+
+    Returns:
+      [A] completed, scaled Q-values.
+
+    >>> q = qtransform_completed_by_mix_value(_example_tree(), 0)  # mixed value -1/6
+    >>> [round(x, 4) for x in q.tolist()]
+    [5.1, 0.0, 2.8333]
     """
-    q = qvalues(tree, node_index)
+    _check_node_index(node_index)
+    q = tree.qvalues(node_index)
     visits = tree.children_visits[node_index]
     raw = tree.raw_values[node_index]
     probs = jax.nn.softmax(tree.children_prior_logits[node_index])

@@ -72,7 +72,7 @@ def test_greedy_value_quantiles_match_the_exact_optima():
     for obj, alpha, path in (("mean", 1.0, (1, 1, 0, 1, 0, 1, 0, 0)),
                              ("cvar", 0.25, (0, 0, 1, 0, 1, 0, 1, 1))):
         vq = np.asarray(envs.greedy_value_quantiles(env, q, objective=obj, alpha=alpha))
-        z, pr = envs._path_distribution(env, path)
+        z, pr = envs.path_distribution(env, path)
         want = z[np.searchsorted(np.cumsum(pr), tau - 1e-12)]
         np.testing.assert_array_equal(vq[int(env.start)], want)
         assert float(np.abs(vq[24]).max()) == 0.0  # goal

@@ -6,9 +6,7 @@ import numpy as np
 import pytest
 
 import jaxpapers.search as js
-import importlib
-
-search_lib = importlib.import_module("jaxpapers.search.search")  # the package exports a function `search`
+from jaxpapers.search import _search as search_lib
 
 B, A, D, S = 64, 5, 8, 32
 

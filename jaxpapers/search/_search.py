@@ -12,41 +12,56 @@ select evaluating both under vmap), and *backward* is a batched while loop that 
 ``B`` touched entries instead of a vmapped while loop (whose batched predicate makes every
 iteration select over the whole ``[B, N, A]`` tree). The random keys are split exactly like mctx's,
 so the same inputs give the same trees.
+
+A private module: the package exports :func:`search`; the policies import the building blocks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxpapers.core.checks import check_int, concrete
 from jaxpapers.search import tree as tree_lib
-from jaxpapers.search._types import RecurrentFn, RootFnOutput
+from jaxpapers.search._types import InteriorActionSelectionFn, RecurrentFn, RootFnOutput
+from jaxpapers.search._types import RootActionSelectionFn as RootSelectionFn
 from jaxpapers.search.tree import ROOT_INDEX, UNVISITED, Tree
 
 __all__ = ["search", "simulate", "expand", "backward", "muzero_action_selection",
            "gumbel_muzero_root_action_selection", "gumbel_muzero_interior_action_selection",
            "masked_argmax", "validate_search_inputs"]
 
-# (key, tree, node_index) -> action [] ; (key, tree, node_index, depth) -> action []
-RootSelectionFn = Callable[[jax.Array, Tree, jax.Array], jax.Array]
-InteriorSelectionFn = Callable[[jax.Array, Tree, jax.Array, jax.Array], jax.Array]
-
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+InteriorSelectionFn = InteriorActionSelectionFn
 
 
 def validate_search_inputs(prior_logits, value, num_simulations, invalid_actions,
                            max_depth=None, *, value_ndim: int = 1) -> None:
-    """Raise ``ValueError`` naming the argument for bad search inputs (shapes; NaN when concrete)."""
-    if not isinstance(num_simulations, (int, np.integer)) or num_simulations < 1:
-        raise ValueError(f"num_simulations must be an int >= 1, got {num_simulations!r}")
-    if max_depth is not None and (not isinstance(max_depth, (int, np.integer)) or max_depth < 1):
-        raise ValueError(f"max_depth must be None or an int >= 1, got {max_depth!r}")
+    """Raise an error naming the argument for bad search inputs.
+
+    ``TypeError`` when ``num_simulations`` / ``max_depth`` are not ints (bools are not ints);
+    ``ValueError`` for values below 1, mismatched shapes, and NaN in concrete root arrays
+    (``-inf`` logits are allowed: they mask actions).
+
+    Args:
+      prior_logits: [B, A] root logits.
+      value: [B] (or [B, Q] with ``value_ndim=2``) root values.
+      num_simulations: int >= 1.
+      invalid_actions: [B, A] or None.
+      max_depth: int >= 1 or None.
+      value_ndim: 1 for scalar values, 2 for quantiles.
+
+    >>> import jax.numpy as jnp
+    >>> validate_search_inputs(jnp.zeros((2, 3)), jnp.zeros(2), 0, None)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_simulations must be >= 1, got 0
+    """
+    check_int("num_simulations", num_simulations, minimum=1)
+    if max_depth is not None:
+        check_int("max_depth", max_depth, minimum=1)
     if prior_logits.ndim != 2:
         raise ValueError(f"root.prior_logits must be [B, A], got shape {prior_logits.shape}")
     batch = prior_logits.shape[0]
@@ -57,14 +72,26 @@ def validate_search_inputs(prior_logits, value, num_simulations, invalid_actions
         raise ValueError(f"invalid_actions must have the shape of root.prior_logits "
                          f"{prior_logits.shape}, got {invalid_actions.shape}")
     # numpy, not jnp: inside a trace a jnp op on a concrete array would give a tracer
-    if _is_concrete(prior_logits) and np.isnan(np.asarray(prior_logits)).any():
-        raise ValueError("root.prior_logits contains NaN")
-    if _is_concrete(value) and np.isnan(np.asarray(value)).any():
-        raise ValueError("root.value contains NaN")
+    for name, x in (("root.prior_logits", prior_logits), ("root.value", value)):
+        v = concrete(x)
+        if v is not None and np.isnan(v).any():
+            raise ValueError(f"{name} contains NaN")
 
 
 def masked_argmax(to_argmax: jax.Array, invalid_actions: jax.Array | None) -> jax.Array:
-    """Argmax over valid actions (action 0 when all are invalid)."""
+    """Argmax over valid actions (action 0 when all are invalid).
+
+    Args:
+      to_argmax: [..., A] scores.
+      invalid_actions: [..., A] 1 for invalid actions, or None.
+
+    Returns:
+      [...] int32 actions.
+
+    >>> import jax.numpy as jnp
+    >>> masked_argmax(jnp.array([[1.0, 3.0, 2.0]]), jnp.array([[0, 1, 0]])).tolist()
+    [2]
+    """
     if invalid_actions is not None:
         to_argmax = jnp.where(invalid_actions, -jnp.inf, to_argmax)
     return jnp.argmax(to_argmax, axis=-1).astype(jnp.int32)
@@ -77,6 +104,27 @@ def muzero_action_selection(key: jax.Array, tree: Tree, node_index: jax.Array, d
 
     ``argmax_a Q~(s, a) + P(s, a) sqrt(N(s)) / (1 + N(s, a)) (c1 + log((N(s) + c2 + 1) / c2))``
     plus ``1e-7 * U(0, 1)`` noise to break ties; invalid root actions are masked at depth 0.
+
+    Args:
+      key: consumed (tie-breaking noise).
+      tree: *unbatched* tree (fields [N, ...]).
+      node_index: [] node to act from.
+      depth: [] its depth (0 at the root, where invalid actions are masked).
+      pb_c_init, pb_c_base: the constants c1, c2.
+      qtransform: ``(tree, node_index) -> [A]`` normalised Q-values Q~.
+
+    Returns:
+      [] int32 action.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxpapers.search import GumbelMuZeroExtraData
+    >>> from jaxpapers.search.tree import instantiate_tree
+    >>> t = instantiate_tree(jnp.array([[0.0, 2.0, 1.0]]), jnp.zeros(1), jnp.zeros((1, 1)),
+    ...                      num_simulations=4, invalid_actions=jnp.array([[0.0, 1.0, 0.0]]),
+    ...                      extra_data=GumbelMuZeroExtraData(root_gumbel=jnp.zeros((1, 3))))
+    >>> one = jax.tree.map(lambda x: x[0], t)  # unbatched
+    >>> [int(muzero_action_selection(jax.random.key(0), one, 0, d)) for d in (0, 1)]
+    [2, 1]
     """
     visits = tree.children_visits[node_index]
     n = tree.node_visits[node_index]
@@ -129,7 +177,30 @@ def gumbel_muzero_root_action_selection(
         qtransform=tree_lib.qtransform_completed_by_mix_value) -> jax.Array:
     """Sequential Halving with Gumbel at the root (Danihelka et al. 2022, Alg. 2, line 5-9).
 
-    ``tree.extra_data.root_gumbel`` [A] holds the Gumbel draws of this example.
+    Among the actions whose visit count is the one Sequential Halving asks for next, picks
+    ``argmax_a g(a) + logits(a) + sigma(q~(a))``.
+
+    Args:
+      key: unused (the rule is deterministic given the Gumbel draws).
+      tree: *unbatched* tree; ``tree.extra_data.root_gumbel`` [A] holds this example's draws.
+      node_index: [] the root.
+      num_simulations: the search's simulation budget (static).
+      max_num_considered_actions: actions sampled without replacement (static).
+      qtransform: completed Q-values sigma(q~).
+
+    Returns:
+      [] int32 action.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxpapers.search import GumbelMuZeroExtraData
+    >>> from jaxpapers.search.tree import instantiate_tree
+    >>> t = instantiate_tree(jnp.array([[0.0, 2.0, 1.0]]), jnp.zeros(1), jnp.zeros((1, 1)),
+    ...                      num_simulations=4, invalid_actions=jnp.array([[0.0, 1.0, 0.0]]),
+    ...                      extra_data=GumbelMuZeroExtraData(root_gumbel=jnp.zeros((1, 3))))
+    >>> one = jax.tree.map(lambda x: x[0], t)  # unbatched
+    >>> int(gumbel_muzero_root_action_selection(jax.random.key(0), one, 0, num_simulations=4,
+    ...                                          max_num_considered_actions=2))
+    2
     """
     del key
     visits = tree.children_visits[node_index]
@@ -149,6 +220,26 @@ def gumbel_muzero_interior_action_selection(
     """Deterministic interior selection of Gumbel MuZero (Danihelka et al. 2022, Eq. 14).
 
     ``argmax_a pi'(a) - N(a) / (1 + sum_b N(b))`` with ``pi' = softmax(logits + sigma(q~))``.
+
+    Args:
+      key: unused.
+      tree: *unbatched* tree.
+      node_index: [] node to act from.
+      depth: [] unused (no masking below the root).
+      qtransform: completed Q-values sigma(q~).
+
+    Returns:
+      [] int32 action.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxpapers.search import GumbelMuZeroExtraData
+    >>> from jaxpapers.search.tree import instantiate_tree
+    >>> t = instantiate_tree(jnp.array([[0.0, 2.0, 1.0]]), jnp.zeros(1), jnp.zeros((1, 1)),
+    ...                      num_simulations=4, invalid_actions=jnp.array([[0.0, 1.0, 0.0]]),
+    ...                      extra_data=GumbelMuZeroExtraData(root_gumbel=jnp.zeros((1, 3))))
+    >>> one = jax.tree.map(lambda x: x[0], t)  # unbatched
+    >>> int(gumbel_muzero_interior_action_selection(jax.random.key(0), one, 0, 1))
+    1
     """
     del key, depth
     visits = tree.children_visits[node_index]
@@ -209,13 +300,29 @@ def expand(params: Any, key: jax.Array, tree: Tree, recurrent_fn: RecurrentFn,
            parent_index: jax.Array, action: jax.Array, next_node_index: jax.Array) -> Tree:
     """Evaluate ``recurrent_fn`` on the edges ``(parent_index, action)`` [B] and write the child.
 
-    ``key`` is consumed by ``recurrent_fn``.
+    Args:
+      params: forwarded to ``recurrent_fn``.
+      key: consumed by ``recurrent_fn``.
+      tree: batched tree.
+      recurrent_fn: ``(params, key, action [B], embedding) -> (RecurrentFnOutput, embedding)``.
+      parent_index: [B] node expanded from.
+      action: [B] edge expanded.
+      next_node_index: [B] slot of the new node (an existing node when ``max_depth`` was hit).
+
+    Returns:
+      The tree with the child's prior, value, embedding and the edge's reward and discount.
+
+    Raises:
+      TypeError: ``recurrent_fn`` does not return ``(output, embedding)``.
+      ValueError: its output or embedding has the wrong shape.
     """
     batch = tree.node_values.shape[0]
     b = jnp.arange(batch)
     emb = jax.tree.map(lambda x: x[b, parent_index], tree.embeddings)
-    out, emb = recurrent_fn(params, key, action, emb)
+    out, emb = unpack_fn_output("recurrent_fn", recurrent_fn(params, key, action, emb),
+                                ("reward", "discount", "prior_logits", "value"))
     _check_recurrent_output(out, batch, tree.num_actions, value_shape=(batch,))
+    check_embedding("recurrent_fn", emb, tree.embeddings, leading=1)
     tree = tree_lib.set_node(tree, next_node_index, out.prior_logits, out.value, emb)
     return tree.replace(
         children_index=tree.children_index.at[b, parent_index, action].set(next_node_index),
@@ -223,6 +330,37 @@ def expand(params: Any, key: jax.Array, tree: Tree, recurrent_fn: RecurrentFn,
         children_discounts=tree.children_discounts.at[b, parent_index, action].set(out.discount),
         parents=tree.parents.at[b, next_node_index].set(parent_index),
         action_from_parent=tree.action_from_parent.at[b, next_node_index].set(action))
+
+
+def unpack_fn_output(name: str, result: Any, fields: tuple[str, ...]) -> tuple[Any, Any]:
+    """``(output, embedding)`` of a model function, or a ``TypeError`` naming it.
+
+    The output must have the attributes ``fields`` (any class does: ours or mctx's).
+    """
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        got = (f"a {type(result).__name__} of length {len(result)}"
+               if isinstance(result, (tuple, list)) else type(result).__name__)
+        raise TypeError(f"{name} must return a pair (output, embedding), got {got}")
+    out, emb = result
+    missing = [f for f in fields if not hasattr(out, f)]
+    if missing:
+        raise TypeError(f"{name} must return an output with fields {fields}; "
+                        f"{type(out).__name__} lacks {tuple(missing)}")
+    return out, emb
+
+
+def check_embedding(name: str, emb: Any, stored: Any, *, leading: int) -> None:
+    """``emb`` has the pytree structure of ``stored`` and, leaf by leaf, its shape without the
+    node axis (``stored`` leaves are [B, N, ...], ``emb`` leaves [B, ...]); dtypes are cast."""
+    if jax.tree.structure(emb) != jax.tree.structure(stored):
+        raise ValueError(f"{name} returned an embedding with pytree structure "
+                         f"{jax.tree.structure(emb)}; expected that of the root embedding, "
+                         f"{jax.tree.structure(stored)}")
+    for e, s in zip(jax.tree.leaves(emb), jax.tree.leaves(stored)):
+        want = s.shape[:leading] + s.shape[leading + 1:]
+        if tuple(e.shape) != tuple(want):
+            raise ValueError(f"{name} returned an embedding leaf of shape {tuple(e.shape)}; "
+                             f"expected {tuple(want)} like the root embedding")
 
 
 def _check_recurrent_output(out, batch, num_actions, *, value_shape, reward_shape=None):
@@ -243,6 +381,13 @@ def backward(tree: Tree, leaf_index: jax.Array) -> Tree:
 
     At each step up: ``G <- r(p, a) + discount(p, a) G``; ``v(p) <- (N(p) v(p) + G) / (N(p) + 1)``;
     ``N(p) += 1``; ``N(p, a) += 1``; ``children_values[p, a] <- v(child)``.
+
+    Args:
+      tree: batched tree.
+      leaf_index: [B] the nodes just expanded.
+
+    Returns:
+      The updated tree.
     """
     b = jnp.arange(tree.node_values.shape[0])
     leaf_index = leaf_index.astype(jnp.int32)
@@ -294,6 +439,19 @@ def search(params: Any, key: jax.Array, *, root: RootFnOutput, recurrent_fn: Rec
 
     Returns:
       The final batched :class:`Tree` (``N = num_simulations + 1`` node slots).
+
+    >>> import functools, jax, jax.numpy as jnp
+    >>> from jaxpapers.search import RecurrentFnOutput, RootFnOutput
+    >>> def rec(params, key, action, emb):  # reward = action index, then the episode ends
+    ...     return RecurrentFnOutput(reward=action.astype(jnp.float32), discount=jnp.zeros(2),
+    ...                              prior_logits=jnp.zeros((2, 3)), value=jnp.zeros(2)), emb
+    >>> root = RootFnOutput(prior_logits=jnp.zeros((2, 3)), value=jnp.zeros(2),
+    ...                     embedding=jnp.zeros((2, 1)))
+    >>> tree = search(None, jax.random.key(0), root=root, recurrent_fn=rec,
+    ...               root_action_selection_fn=functools.partial(muzero_action_selection, depth=0),
+    ...               interior_action_selection_fn=muzero_action_selection, num_simulations=8)
+    >>> tree.node_visits[:, 0].tolist(), tree.children_index.shape  # [B, N, A]
+    ([9, 9], (2, 9, 3))
     """
     validate_search_inputs(root.prior_logits, root.value, num_simulations, invalid_actions,
                            max_depth)

@@ -34,3 +34,19 @@ def test_readme_python_example_runs():
     # a subprocess: the example enables x64 globally, which must not leak into other tests
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_install_lines_pin_the_published_versions():
+    """The README installs with constraints.txt, which pins what decides the published numbers."""
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count('pip install -q -c constraints.txt -e ".[test,data]"') >= 2
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not an exact pin"
+            pins[name.lower().replace("_", "-")] = version
+    for name in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "ml-dtypes",
+                 "scipy", "scikit-learn"):
+        assert name in pins, f"constraints.txt does not pin {name}"

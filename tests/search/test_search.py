@@ -107,9 +107,7 @@ def test_jit_eager_vmap_and_no_recompile(key):
     batched = jax.vmap(fn)(keys)
     for i in range(3):
         np.testing.assert_allclose(batched[i], fn(keys[i]), atol=1e-6)
-    assert fn._cache_size() == 1
-    # same seed, same result, bit for bit
-    np.testing.assert_array_equal(fn(keys[1]), fn(keys[1]))
+    assert fn._cache_size() == 1  # same seed, same result: tests/test_golden.py (search case)
 
 
 def test_bad_inputs(key):

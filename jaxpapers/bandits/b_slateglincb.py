@@ -21,7 +21,6 @@ No code of the paper exists. We lift B-GLinCB (Sawarni et al. 2024, Alg. 2; auth
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
@@ -31,6 +30,7 @@ import numpy as np
 from jaxpapers.bandits._types import SlateAlgo, make_update
 from jaxpapers.bandits.glm import (Link, LOGISTIC, argmax_random_ties, fit_glm_mle, pad_rows,
                                    slot_sq_norms)
+from jaxpapers.core import checks
 from jaxpapers.core.pytree import dataclass
 
 __all__ = ["BState", "batch_schedule", "batch_bound", "make_b_slateglincb"]
@@ -42,8 +42,7 @@ def batch_schedule(num_rounds: int) -> np.ndarray:
     >>> batch_schedule(10_000).tolist()
     [100, 200, 300, 1300, 4462, 10000]
     """
-    if not isinstance(num_rounds, (int, np.integer)) or num_rounds < 1:
-        raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
+    num_rounds = checks.check_int("num_rounds", num_rounds, minimum=1)
     t = float(num_rounds)
     m = math.ceil(math.log(math.log(t))) + 1 if t > math.e else 1
     lengths = [math.sqrt(t), math.sqrt(t)] + [t ** (1 - 2.0 ** -i) for i in range(1, m + 1)]
@@ -111,10 +110,8 @@ def make_b_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds: 
     """
     for name, v in (("num_slots", num_slots), ("num_items", num_items), ("dim", dim),
                     ("num_rounds", num_rounds)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    if not (param_norm_ub > 0 and math.isfinite(param_norm_ub)):
-        raise ValueError(f"param_norm_ub must be finite and > 0, got {param_norm_ub!r}")
+        checks.check_int(name, v, minimum=1)
+    checks.check_range("param_norm_ub", param_norm_ub, low=0.0, low_open=True, scalar=True)
     n_s, d = num_slots, dim
     big = n_s * d
     if beta is None:
@@ -145,9 +142,9 @@ def make_b_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds: 
         x = jnp.take_along_axis(contexts, items[:, None, None], axis=1)[:, 0].reshape(-1)
         n = state.n + 1
         end = ends[jnp.minimum(state.batch, ends.shape[0] - 1)]
-        return dataclasses.replace(state, buf_x=state.buf_x.at[state.n].set(x),
-                                   buf_y=state.buf_y.at[state.n].set(reward), n=n,
-                                   pending=(n == end) & (n < num_rounds))
+        return state.replace(buf_x=state.buf_x.at[state.n].set(x),
+                             buf_y=state.buf_y.at[state.n].set(reward), n=n,
+                             pending=(n == end) & (n < num_rounds))
 
     def refit(state):
         p = state.pending
@@ -173,7 +170,7 @@ def make_b_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds: 
         return {f: getattr(state, f) for f in ("theta", "h_inv", "batch", "pending")}
 
     def set_fit(state, fit):
-        return dataclasses.replace(state, **fit)
+        return state.replace(**fit)
 
     needs = lambda s: s.pending
     return SlateAlgo(init=init, select=select,

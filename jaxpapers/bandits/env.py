@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpapers.bandits.glm import Link, get_link
+from jaxpapers.core import checks
 from jaxpapers.core.pytree import dataclass, static_field
 
 __all__ = ["SlateEnv", "make_slate_env", "make_slate_env_from_pool", "env_contexts",
@@ -76,14 +77,11 @@ def make_slate_env(key: jax.Array, *, num_slots: int, num_items: int, dim: int,
     (3, 5, 4)
     """
     for name, v in (("num_slots", num_slots), ("num_items", num_items), ("dim", dim)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    if not (isinstance(theta_norm, (int, float)) and math.isfinite(theta_norm) and theta_norm > 0):
-        raise ValueError(f"theta_norm must be a finite number > 0, got {theta_norm!r}")
-    if mode not in CONTEXT_MODES:
-        raise ValueError(f"mode must be one of {CONTEXT_MODES}, got {mode!r}")
-    if mode == "finite" and (not isinstance(num_contexts, int) or num_contexts < 1):
-        raise ValueError(f"num_contexts must be an integer >= 1, got {num_contexts!r}")
+        checks.check_int(name, v, minimum=1)
+    checks.check_range("theta_norm", theta_norm, low=0.0, low_open=True, scalar=True)
+    checks.check_choice("mode", mode, CONTEXT_MODES)
+    if mode == "finite":
+        checks.check_int("num_contexts", num_contexts, minimum=1)
     k_theta, k_pool = jax.random.split(key)
     theta = jax.random.uniform(k_theta, (num_slots * dim,), minval=-1.0, maxval=1.0)
     theta = (theta / jnp.linalg.norm(theta) * theta_norm).reshape(num_slots, dim)
@@ -119,12 +117,9 @@ def make_slate_env_from_pool(pool: jax.typing.ArrayLike, theta_star: jax.typing.
     if theta_star.shape != (n, d):
         raise ValueError(f"theta_star must have shape [N, d] = {(n, d)} to match pool, got "
                          f"{tuple(theta_star.shape)}")
-    if not bool(jnp.all(jnp.isfinite(jnp.asarray(pool)))):
-        raise ValueError("pool (item features) must be finite; found NaN or inf")
-    if not bool(jnp.all(jnp.isfinite(theta_star))):
-        raise ValueError("theta_star must be finite; found NaN or inf")
-    if mode not in ("finite", "fixed"):
-        raise ValueError(f"mode must be 'finite' or 'fixed' for a given pool, got {mode!r}")
+    checks.check_finite("pool", pool)
+    checks.check_finite("theta_star", theta_star)
+    checks.check_choice("mode (for a given pool)", mode, ("finite", "fixed"))
     if mode == "fixed" and p != 1:
         raise ValueError(f"mode 'fixed' needs a pool with P = 1, got P = {p}")
     return SlateEnv(theta_star=theta_star, pool=jnp.asarray(pool), link=get_link(link), mode=mode)

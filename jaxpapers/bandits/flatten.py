@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpapers.bandits._types import SlateAlgo, make_update
+from jaxpapers.core import checks
 
 __all__ = ["flatten_slates", "slate_index_table", "MAX_FLAT_ARMS"]
 
@@ -51,8 +52,7 @@ def flatten_slates(inner: SlateAlgo, *, num_slots: int, num_items: int) -> Slate
     (2,)
     """
     for name, v in (("num_slots", num_slots), ("num_items", num_items)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        checks.check_int(name, v, minimum=1)
     n_arms = num_items ** num_slots
     if n_arms > MAX_FLAT_ARMS:
         raise ValueError(f"num_items ** num_slots = {n_arms} slates is too many to enumerate "

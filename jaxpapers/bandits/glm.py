@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import log_ndtr, ndtr
 
+from jaxpapers.core import checks
+
 __all__ = ["Link", "LOGISTIC", "PROBIT", "get_link", "glm_nll", "fit_glm_mle"]
 
 
@@ -171,10 +173,9 @@ def argmax_random_ties(key: jax.Array, scores: jax.Array,
 
 def check_contexts(contexts, shape) -> None:
     """Eager boundary check of a contexts array [N, K, d] (ValueError naming ``contexts``)."""
-    if isinstance(contexts, jax.core.Tracer):
+    if checks.is_tracer(contexts):
         return
     c = jnp.asarray(contexts)
     if c.shape != tuple(shape):
         raise ValueError(f"contexts must have shape [N, K, d] = {tuple(shape)}, got {c.shape}")
-    if not bool(jnp.all(jnp.isfinite(c))):
-        raise ValueError("contexts (item features) must be finite; found NaN or inf")
+    checks.check_finite("contexts", c)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxpapers.bandits._types import SlateAlgo, no_refit
+from jaxpapers.core import checks
 
 __all__ = ["make_random"]
 
@@ -22,8 +23,7 @@ def make_random(*, num_slots: int, num_items: int) -> SlateAlgo:
     (2,)
     """
     for name, v in (("num_slots", num_slots), ("num_items", num_items)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        checks.check_int(name, v, minimum=1)
 
     def init(key):
         del key

@@ -22,7 +22,6 @@ N d log(1 + T mu'_max L^2 / (d lambda)) / log(1 + c)  determinant refits (``swit
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
@@ -31,6 +30,7 @@ import jax.numpy as jnp
 from jaxpapers.bandits._types import SlateAlgo, make_update
 from jaxpapers.bandits.glm import (Link, LOGISTIC, argmax_random_ties, fit_glm_mle, pad_rows,
                                    sherman_morrison, slot_sq_norms)
+from jaxpapers.core import checks
 from jaxpapers.core.pytree import dataclass
 
 __all__ = ["RSState", "make_rs_slateglincb", "rs_switch_bound", "rs_warmup_threshold"]
@@ -129,12 +129,9 @@ def make_rs_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds:
     """
     for name, v in (("num_slots", num_slots), ("num_items", num_items), ("dim", dim),
                     ("num_rounds", num_rounds)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    if not (kappa >= 1 and math.isfinite(kappa)):
-        raise ValueError(f"kappa must be finite and >= 1, got {kappa!r}")
-    if not (param_norm_ub > 0 and math.isfinite(param_norm_ub)):
-        raise ValueError(f"param_norm_ub must be finite and > 0, got {param_norm_ub!r}")
+        checks.check_int(name, v, minimum=1)
+    checks.check_range("kappa", kappa, low=1.0, scalar=True)
+    checks.check_range("param_norm_ub", param_norm_ub, low=0.0, low_open=True, scalar=True)
     n_s, d = num_slots, dim
     big = n_s * d
     tau = rs_warmup_threshold(kappa=kappa, param_norm_ub=param_norm_ub, dim=d, noise_r=noise_r,
@@ -143,8 +140,7 @@ def make_rs_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds:
     elim = gamma * math.sqrt(kappa)
     if beta is None:
         beta = 4.0 * math.sqrt(d * math.log(num_rounds / failure_level))
-    if not (beta >= 0 and math.isfinite(beta)):
-        raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
+    checks.check_range("beta", beta, low=0.0, scalar=True)
     warm_bound, _ = rs_switch_bound(num_rounds=num_rounds, num_slots=n_s, dim=d, tau=tau, lam=lam,
                                     doubling=doubling, max_dmean=link.max_dmean)
     t_pad = pad_rows(num_rounds)
@@ -183,7 +179,7 @@ def make_rs_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds:
                + beta * jnp.sqrt(slot_sq_norms(contexts, state.h_tau_inv)))
         ucb_items = argmax_random_ties(k_a, ucb, survive)
         items = jnp.where(warm, warm_items, ucb_items)
-        return items, dataclasses.replace(state, **{"warm": warm})
+        return items, state.replace(warm=warm)
 
     def observe(state, contexts, items, reward):
         x_slots = jnp.take_along_axis(contexts, items[:, None, None], axis=1)[:, 0]  # [N, d]
@@ -202,11 +198,10 @@ def make_rs_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds:
         ld_h = jnp.linalg.slogdet(h)[1]
         ld_tau = jnp.linalg.slogdet(state.h_tau)[1]
         det_switch = (~warm) & jnp.any(ld_h >= ld_tau + log_c)
-        return dataclasses.replace(state, **{"v_inv": v_inv, "h": h, "buf_x": buf_x, "buf_y": buf_y,
-                          "n": state.n + 1, "wbuf_x": wbuf_x, "wbuf_y": wbuf_y,
-                          "nw": state.nw + warm.astype(jnp.int32),
-                          "pending_w": state.pending_w | warm,
-                          "pending_tau": state.pending_tau | det_switch})
+        return state.replace(v_inv=v_inv, h=h, buf_x=buf_x, buf_y=buf_y, n=state.n + 1,
+                             wbuf_x=wbuf_x, wbuf_y=wbuf_y, nw=state.nw + warm.astype(jnp.int32),
+                             pending_w=state.pending_w | warm,
+                             pending_tau=state.pending_tau | det_switch)
 
     fit_fields = ("theta_w", "theta_tau", "h_tau", "h_tau_inv", "pending_w", "pending_tau",
                   "num_warm", "num_det")
@@ -215,7 +210,7 @@ def make_rs_slateglincb(*, num_slots: int, num_items: int, dim: int, num_rounds:
         return {f: getattr(state, f) for f in fit_fields}
 
     def set_fit(state, fit):
-        return dataclasses.replace(state, **fit)
+        return state.replace(**fit)
 
     def refit(state):
         # num_valid = 0 for a refit that is not due: the chunk loop then does no work.

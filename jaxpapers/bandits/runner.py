@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jaxpapers.bandits._types import RunResult, SlateAlgo
 from jaxpapers.bandits.env import (SlateEnv, env_contexts, env_mean_reward, env_sample_reward,
                                    oracle_slate, slate_features)
+from jaxpapers.core import checks
 
 __all__ = ["run_bandit", "run_bandit_seeds"]
 
@@ -20,8 +21,7 @@ __all__ = ["run_bandit", "run_bandit_seeds"]
 def _check(algo, num_rounds):
     if not isinstance(algo, SlateAlgo):
         raise ValueError(f"algo must be a SlateAlgo, got {type(algo).__name__}")
-    if not isinstance(num_rounds, int) or isinstance(num_rounds, bool) or num_rounds < 1:
-        raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
+    checks.check_int("num_rounds", num_rounds, minimum=1)
 
 
 def _round_inputs(env, key, t):

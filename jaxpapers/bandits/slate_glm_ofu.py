@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jaxpapers.bandits._types import SlateAlgo, no_refit
 from jaxpapers.bandits.glm import (Link, LOGISTIC, argmax_random_ties, glm_nll, sherman_morrison,
                                    slot_sq_norms)
+from jaxpapers.core import checks
 from jaxpapers.core.pytree import dataclass
 
 __all__ = ["OFUState", "make_slate_glm_ofu", "online_step", "ofu_radius"]
@@ -160,11 +161,7 @@ def make_slate_glm_ofu(*, num_slots: int, num_items: int, dim: int, param_norm_u
 
 def _validate(n, k, d, s, l2reg, delta):
     for name, v in (("num_slots", n), ("num_items", k), ("dim", d)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    if not (s > 0 and math.isfinite(s)):
-        raise ValueError(f"param_norm_ub must be finite and > 0, got {s!r}")
-    if not l2reg > 0:
-        raise ValueError(f"l2reg must be > 0, got {l2reg!r}")
-    if not 0 < delta < 1:
-        raise ValueError(f"failure_level must be in (0, 1), got {delta!r}")
+        checks.check_int(name, v, minimum=1)
+    checks.check_range("param_norm_ub", s, low=0.0, low_open=True, scalar=True)
+    checks.check_range("l2reg", l2reg, low=0.0, low_open=True, scalar=True)
+    checks.check_level("failure_level", delta)

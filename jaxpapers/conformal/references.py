@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxpapers.conformal._checks import check_scores
+from jaxpapers.core import checks
 
 __all__ = ["gamma_reference", "normal_reference", "generator_reference"]
 
@@ -40,6 +41,7 @@ def gamma_reference(key: jax.Array, scores: ArrayLike, *, num: int) -> jax.Array
     (5,)
     """
     check_scores(scores, "scores", min_size=2)
+    num = checks.check_int("num", num, minimum=1)
     s = jnp.asarray(scores)
     s = s.astype(jnp.result_type(s.dtype, float))
     mean, var = jnp.mean(s), jnp.var(s, ddof=1)
@@ -62,6 +64,7 @@ def normal_reference(key: jax.Array, scores: ArrayLike, *, num: int,
       [N] reference scores.
     """
     check_scores(scores, "scores", min_size=2)
+    num = checks.check_int("num", num, minimum=1)
     s = jnp.asarray(scores)
     x = jnp.mean(s) + jnp.std(s, ddof=1) * jax.random.normal(key, (num,), dtype=s.dtype)
     return jnp.abs(x) if fold else x
@@ -79,6 +82,7 @@ def generator_reference(key: jax.Array, generate_fn: Callable[[jax.Array, int], 
     Returns:
       [N] reference scores.
     """
+    num = checks.check_int("num", num, minimum=1)
     out = jnp.asarray(generate_fn(key, num))
     if out.shape != (num,):
         raise ValueError(f"generate_fn must return shape ({num},), got {out.shape}")

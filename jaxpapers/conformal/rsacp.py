@@ -40,7 +40,8 @@ import numpy as np
 from jax.scipy.special import gammaln
 from jax.typing import ArrayLike
 
-from jaxpapers.conformal._checks import check_alpha, check_level, check_scores, concrete
+from jaxpapers.conformal._checks import check_no_nan, check_scores
+from jaxpapers.core import checks
 from jaxpapers.conformal._types import RSACPState
 from jaxpapers.conformal.split import conformal_rank
 
@@ -59,11 +60,10 @@ __all__ = [
 
 def _check_reference(ref) -> None:
     """Reference scores must be finite with at least 2 distinct values (checked when concrete)."""
-    v = concrete(ref)
+    checks.check_finite("ref_scores", ref)
+    v = checks.concrete(ref)
     if v is None:
         return
-    if v.dtype.kind == "f" and not np.isfinite(v).all():
-        raise ValueError("ref_scores must be finite (got NaN or inf)")
     if np.unique(v).size < 2:
         raise ValueError("ref_scores is degenerate: it needs at least 2 distinct values to "
                          f"define a reference distribution, got all equal to {float(v.flat[0])!r}")
@@ -197,8 +197,8 @@ def rsacp_calibrate(cal_scores: ArrayLike, ref_scores: ArrayLike, *, alpha: Arra
     check_scores(cal_scores, "cal_scores")
     check_scores(ref_scores, "ref_scores", min_size=2)
     _check_reference(ref_scores)
-    check_alpha(alpha)
-    check_level(beta, "beta")
+    checks.check_level("alpha", alpha)
+    checks.check_level("beta", beta)
     s = jnp.sort(jnp.asarray(cal_scores))
     r = jnp.sort(jnp.asarray(ref_scores))
     dtype = jnp.result_type(s.dtype, r.dtype, float)
@@ -252,9 +252,7 @@ def rsacp_include(state: RSACPState, test_scores: ArrayLike) -> jax.Array:
       [...] bool: ``T(s) <= q(k)`` with ``k = 1 + #{Z <= T(s)}`` (or ``s <= s_floor``).
     """
     s = jnp.asarray(test_scores)
-    v = concrete(s)
-    if v is not None and v.dtype.kind == "f" and (v != v).any():
-        raise ValueError("test_scores contains NaN scores")
+    check_no_nan(s, "test_scores")
     z = rsacp_map(state, s)
     m = state.z_sorted.shape[0]
     rank = jnp.searchsorted(state.z_sorted, z, side="right", method="compare_all")

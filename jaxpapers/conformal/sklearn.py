@@ -24,6 +24,7 @@ from jaxpapers.conformal.rsacp import (
     rsacp_prediction_set,
 )
 from jaxpapers.conformal.split import split_conformal_quantile
+from jaxpapers.core import checks
 
 __all__ = ["oof_residual_reference", "oof_lac_reference", "ConformalRegressor",
            "ConformalClassifier"]
@@ -54,19 +55,13 @@ def oof_lac_reference(estimator, x, y, *, cv: int = 5) -> np.ndarray:
     return 1.0 - probs[np.arange(len(y)), np.asarray(y)]
 
 
-def _check_method(method):
-    if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
-
-
 class _ConformalBase:
     """Shared constructor and ``fit`` of the sklearn-style wrappers."""
 
     def __init__(self, estimator, *, alpha: float = 0.1, method: str = "rsacp",
                  beta: float = 0.4, reference="oof", guard: bool = False, prefit: bool = False):
-        _check_method(method)
-        if not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        checks.check_choice("method", method, _METHODS)
+        checks.check_level("alpha", alpha)
         self.estimator, self.alpha, self.method, self.beta = estimator, alpha, method, beta
         self.reference, self.guard, self.prefit = reference, guard, prefit
         self.reference_scores_ = None if isinstance(reference, str) else np.asarray(reference)

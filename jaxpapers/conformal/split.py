@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from jaxpapers.conformal._checks import check_alpha, check_scores
+from jaxpapers.conformal._checks import check_scores
+from jaxpapers.core import checks
 
 __all__ = ["conformal_rank", "split_conformal_quantile", "split_conformal_interval"]
 
@@ -54,7 +55,7 @@ def split_conformal_quantile(scores: ArrayLike, alpha: ArrayLike) -> jax.Array:
     inf
     """
     check_scores(scores, "scores")
-    check_alpha(alpha)
+    checks.check_level("alpha", alpha)
     s = jnp.sort(jnp.asarray(scores))
     n = s.shape[0]
     k = conformal_rank(n, alpha)

@@ -46,6 +46,7 @@ __all__ = [
     "check_finite",
     "check_ndim",
     "check_choice",
+    "check_key",
 ]
 
 
@@ -153,3 +154,14 @@ def check_choice(name: str, value: Any, choices) -> Any:
     if value not in tuple(choices):
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+def check_key(name: str, key: Any) -> None:
+    """A typed PRNG key from ``jax.random.key(seed)`` (legacy uint32 keys are rejected).
+
+    Checked from the dtype alone, so it also runs on tracers.
+    """
+    dtype = getattr(key, "dtype", None)
+    if dtype is None or not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        what = f"dtype {dtype}" if dtype is not None else f"{type(key).__name__} {key!r}"
+        raise TypeError(f"{name} must be a typed key from jax.random.key(seed), got {what}")

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxpapers.core import pytree
+from jaxpapers.core import checks, pytree
 
 __all__ = ["TrainState", "init_train_state", "make_train_step", "run_chunk", "fit",
            "save_checkpoint", "restore_checkpoint", "latest_checkpoint_step"]
@@ -63,8 +63,7 @@ class TrainState:
 def init_train_state(params: Any, optimizer: optax.GradientTransformation,
                      key: jax.Array) -> TrainState:
     """A fresh :class:`TrainState` at step 0 (``key`` is consumed as the run's base key)."""
-    if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
-        raise TypeError("key must be a typed key from jax.random.key(seed)")
+    checks.check_key("key", key)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=optimizer.init(params), key_data=jax.random.key_data(key))
 
@@ -101,10 +100,11 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, *,
     return step
 
 
-def _chunk(step_fn: StepFn, batch_fn: Callable[[jax.Array], Any], state: TrainState,
-           length: int):
+def _chunk(step_fn: StepFn, batch_fn: Callable[..., Any], state: TrainState, length: int,
+           data: Any = None):
     def body(s, _):
-        return step_fn(s, batch_fn(s.step))
+        batch = batch_fn(s.step) if data is None else batch_fn(s.step, data)
+        return step_fn(s, batch)
 
     return jax.lax.scan(body, state, None, length=length)
 
@@ -112,8 +112,11 @@ def _chunk(step_fn: StepFn, batch_fn: Callable[[jax.Array], Any], state: TrainSt
 run_chunk = jax.jit(_chunk, static_argnums=(0, 1, 3))
 run_chunk.__doc__ = """``length`` steps of ``step_fn`` in one ``lax.scan``; returns (state, stacked metrics).
 
-``step_fn`` and ``batch_fn`` are static (hashable callables): build them once and reuse them, or
-every call recompiles."""
+``run_chunk(step_fn, batch_fn, state, length, data=None)``. ``step_fn`` and ``batch_fn`` are
+static (hashable callables): build them once and reuse them (or make them compare equal by value,
+e.g. frozen dataclasses), or every call recompiles. ``data`` is a traced pytree handed to
+``batch_fn(step, data)`` (when not None): arrays the batches are drawn from travel as arguments
+instead of being baked into the compiled program as constants."""
 
 
 def latest_checkpoint_step(directory: str | os.PathLike) -> int | None:
@@ -177,10 +180,10 @@ def restore_checkpoint(directory: str | os.PathLike, like: TrainState,
     return got.state, dict(got.history or {})
 
 
-def fit(step_fn: StepFn, state: TrainState, batch_fn: Callable[[jax.Array], Any], *,
+def fit(step_fn: StepFn, state: TrainState, batch_fn: Callable[..., Any], *,
         num_steps: int, chunk_size: int = 100, checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int | None = None, max_to_keep: int = 2, progress: bool = True,
-        desc: str = "train") -> tuple[TrainState, dict[str, np.ndarray]]:
+        desc: str = "train", data: Any = None) -> tuple[TrainState, dict[str, np.ndarray]]:
     """Train until ``state.step == num_steps``; resume from ``checkpoint_dir`` if it has one.
 
     Steps run in jitted ``lax.scan`` chunks of at most ``chunk_size`` steps, cut so that every
@@ -190,7 +193,8 @@ def fit(step_fn: StepFn, state: TrainState, batch_fn: Callable[[jax.Array], Any]
       step_fn: from :func:`make_train_step` (build it once; it is a static argument).
       state: the initial state (used only for its structure when resuming).
       batch_fn: pure ``batch_fn(step) -> batch`` (``step`` is a traced int32 scalar), e.g. an
-        index into arrays it closes over, or data drawn from ``fold_in(key, step)``.
+        index into arrays it closes over, or data drawn from ``fold_in(key, step)``; with
+        ``data``, ``batch_fn(step, data) -> batch``. Static, like ``step_fn``.
       num_steps: total number of steps of the run (including those before a resume).
       chunk_size: steps per compiled chunk.
       checkpoint_dir: folder for orbax checkpoints; None disables checkpointing.
@@ -198,17 +202,20 @@ def fit(step_fn: StepFn, state: TrainState, batch_fn: Callable[[jax.Array], Any]
       max_to_keep: checkpoints kept.
       progress: show a tqdm progress bar.
       desc: progress bar label.
+      data: optional pytree of arrays passed to ``batch_fn`` as a traced argument (a dataset, a
+        data key): not a constant of the compiled program, so new data of the same shapes
+        reuses the compilation.
 
     Returns:
       ``(state, history)`` where ``history[name]`` is a float array [num_steps] of each metric.
     """
-    for name, v in (("num_steps", num_steps), ("chunk_size", chunk_size)):
-        if not isinstance(v, int) or v < (0 if name == "num_steps" else 1):
-            raise ValueError(f"{name} must be a {'non-negative' if name == 'num_steps' else 'positive'}"
-                             f" int, got {v!r}")
-    if checkpoint_dir is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
-        raise ValueError(f"checkpoint_every must be a positive int when checkpoint_dir is set, "
-                         f"got {checkpoint_every!r}")
+    num_steps = checks.check_int("num_steps", num_steps, minimum=0)
+    chunk_size = checks.check_int("chunk_size", chunk_size, minimum=1)
+    if checkpoint_dir is not None:
+        if checkpoint_every is None:
+            raise ValueError("checkpoint_every must be a positive int when checkpoint_dir is set, "
+                             "got None")
+        checkpoint_every = checks.check_int("checkpoint_every", checkpoint_every, minimum=1)
     history: dict[str, list[float]] = {}
     if checkpoint_dir is not None and latest_checkpoint_step(checkpoint_dir) is not None:
         state, history = restore_checkpoint(checkpoint_dir, state)
@@ -224,7 +231,8 @@ def fit(step_fn: StepFn, state: TrainState, batch_fn: Callable[[jax.Array], Any]
         n = min(chunk_size, num_steps - step)
         if checkpoint_dir is not None:
             n = min(n, checkpoint_every - step % checkpoint_every)
-        state, metrics = run_chunk(step_fn, batch_fn, state, n)
+        extra = () if data is None else (data,)  # the same call signature as run_chunk(...)
+        state, metrics = run_chunk(step_fn, batch_fn, state, n, *extra)
         for k, v in jax.device_get(metrics).items():
             history.setdefault(k, []).extend(np.asarray(v, np.float64).reshape(n).tolist())
         step += n

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxpapers import quant
-from jaxpapers.core import pytree
+from jaxpapers.core import checks, pytree
 from jaxpapers.diffusion._types import QSchedCoeffs, ScoreFn
 from jaxpapers.diffusion.samplers import check_coeffs, sample
 
@@ -43,8 +43,7 @@ def ones_coeffs(steps: int, dtype=jnp.float32) -> QSchedCoeffs:
     >>> ones_coeffs(3).m.tolist()
     [1.0, 1.0, 1.0]
     """
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    steps = checks.check_int("steps", steps, minimum=1)
     return QSchedCoeffs(m=jnp.ones((steps,), dtype), s=jnp.ones((steps,), dtype))
 
 
@@ -57,8 +56,7 @@ def ramp_coeffs(m0: jax.typing.ArrayLike, s0: jax.typing.ArrayLike, steps: int) 
     >>> [round(float(v), 3) for v in c.m], [round(float(v), 3) for v in c.s]
     ([0.8, 0.9, 1.0], [1.2, 1.1, 1.0])
     """
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    steps = checks.check_int("steps", steps, minimum=1)
     frac = jnp.linspace(0.0, 1.0, steps) if steps > 1 else jnp.zeros((1,))
     m0 = jnp.asarray(m0, jnp.float32)
     s0 = jnp.asarray(s0, jnp.float32)
@@ -237,10 +235,13 @@ def calibrate_gradient(quant_params, problem: CalibrationProblem, *,
     Args:
       quant_params: the quantized weights (the only model this function sees).
       problem: see :class:`CalibrationProblem`.
-      optimizer: an optax transformation; it minimises ``-JAQ``.
+      optimizer: an optax transformation; it minimises ``-JAQ``. Static: calls with the same
+        optimizer object (and the same shapes) share one compilation; a freshly built
+        ``optax.adam(...)`` is a new program.
       num_iters: optimisation steps (static).
       per_step: False: optimise the ramp's ``(m0, s0)``; True: free ``m, s`` vectors [N].
-      box: project every coefficient onto ``[lo, hi]`` after each update; None: unconstrained.
+      box: project every coefficient onto ``[lo, hi]`` after each update (traced: a new box
+        does not recompile); None: unconstrained.
       init: starting coefficients (default all ones); for the ramp family only ``m[0], s[0]``
         are used.
       allow_float: accept weights without any ``QuantizedArray`` (the FP control).
@@ -249,8 +250,7 @@ def calibrate_gradient(quant_params, problem: CalibrationProblem, *,
       :class:`GradientCalibration`.
     """
     _check_quantized(quant_params, allow_float)
-    if not isinstance(num_iters, int) or num_iters < 1:
-        raise ValueError(f"num_iters must be an integer >= 1, got {num_iters!r}")
+    num_iters = checks.check_int("num_iters", num_iters, minimum=1)
     if box is not None and not (len(box) == 2 and box[0] < box[1]):
         raise ValueError(f"box must be (lo, hi) with lo < hi or None, got {box!r}")
     n = problem.steps
@@ -259,10 +259,15 @@ def calibrate_gradient(quant_params, problem: CalibrationProblem, *,
     theta = ({"m": jnp.asarray(init.m, jnp.float32), "s": jnp.asarray(init.s, jnp.float32)}
              if per_step else {"m": jnp.asarray(init.m[0], jnp.float32),
                                "s": jnp.asarray(init.s[0], jnp.float32)})
-    return _gradient_loop(quant_params, problem, theta, optimizer, num_iters, fam, box)
+    box_arr = None if box is None else jnp.asarray(box, theta["m"].dtype)
+    th, hist = _gradient_loop_jit(quant_params, problem, theta, box_arr, optimizer=optimizer,
+                                  num_iters=num_iters, fam=fam)
+    return GradientCalibration(coeffs=fam.to_coeffs(th), history=hist)
 
 
-def _gradient_loop(weights, problem, theta, optimizer, num_iters, fam, box):
+def _gradient_loop(weights, problem, theta, box, *, optimizer, num_iters, fam):
+    """The ascent as one ``lax.scan``; ``box`` is ``None`` or a [2] array ``(lo, hi)``."""
+
     def loss(th):
         j, _, _ = jaq_objective(weights, fam.to_coeffs(th), problem)
         return -j
@@ -270,19 +275,21 @@ def _gradient_loop(weights, problem, theta, optimizer, num_iters, fam, box):
     def project(th):
         return th if box is None else jax.tree.map(lambda v: jnp.clip(v, box[0], box[1]), th)
 
-    @jax.jit
-    def run(theta):
-        opt_state = optimizer.init(theta)
+    opt_state = optimizer.init(theta)
 
-        def body(carry, _):
-            th, st = carry
-            val, g = jax.value_and_grad(loss)(th)
-            upd, st = optimizer.update(g, st, th)
-            th = project(optax.apply_updates(th, upd))
-            return (th, st), -val
+    def body(carry, _):
+        th, st = carry
+        val, g = jax.value_and_grad(loss)(th)
+        upd, st = optimizer.update(g, st, th)
+        th = project(optax.apply_updates(th, upd))
+        return (th, st), -val
 
-        (th, _), hist = jax.lax.scan(body, (project(theta), opt_state), None, length=num_iters)
-        return th, hist
+    (th, _), hist = jax.lax.scan(body, (project(theta), opt_state), None, length=num_iters)
+    return th, hist
 
-    th, hist = run(theta)
-    return GradientCalibration(coeffs=fam.to_coeffs(th), history=hist)
+
+# Module level, so that a second call with the same optimizer object, static structure and
+# shapes reuses the compilation; weights, problem data, start and box are arguments (never
+# constants baked into the program).
+_GRADIENT_STATIC = ("optimizer", "num_iters", "fam")
+_gradient_loop_jit = jax.jit(_gradient_loop, static_argnames=_GRADIENT_STATIC)

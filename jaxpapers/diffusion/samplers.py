@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxpapers.core import checks
 from jaxpapers.diffusion._types import DenoiseFn, QSchedCoeffs
 from jaxpapers.diffusion.schedules import (EDMSchedule, FlowSchedule, Grid, SigmaSchedule,
                                            VPSchedule, discretize, init_noise_sigma,
@@ -181,6 +182,7 @@ def sample(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, sch
     Raises:
       ValueError: unknown sampler, sampler/schedule mismatch, ``steps < 1``, malformed schedule
         (e.g. non-finite or negative sigmas) or coefficient vectors of the wrong length.
+      TypeError: ``steps`` is not an int (bools included).
 
     >>> import jax, jax.numpy as jnp
     >>> sch = EDMSchedule(jnp.float32(0.002), jnp.float32(80.0), jnp.float32(7.0))
@@ -190,8 +192,7 @@ def sample(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, sch
     >>> x.shape
     (3,)
     """
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {sampler!r}")
+    checks.check_choice("sampler", sampler, sorted(SAMPLERS))
     validate_schedule(schedule, steps)
     if not isinstance(schedule, SAMPLERS[sampler]):
         raise ValueError(f"sampler {sampler!r} needs a schedule of type "

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxpapers.core import pytree
+from jaxpapers.core import checks, pytree
 
 __all__ = ["VPSchedule", "EDMSchedule", "FlowSchedule", "SigmaSchedule", "Grid",
            "ddpm_alphas_cumprod", "karras_sigmas", "edm_preconditioning",
@@ -196,56 +196,48 @@ def _vp_timesteps(num_train: int, steps: int, spacing: str) -> np.ndarray:
     raise ValueError(f"schedule.spacing must be 'leading' or 'trailing', got {spacing!r}")
 
 
-def _concrete(x) -> np.ndarray | None:
-    try:
-        return np.asarray(x, np.float64)
-    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
-        return None
-
-
 def validate_schedule(schedule, steps: int) -> None:
-    """Raise ``ValueError`` naming the argument for a malformed schedule (concrete values only)."""
-    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    """Raise naming the argument for a malformed schedule (values checked when concrete).
+
+    Raises:
+      TypeError: ``steps`` is not an int (bools included).
+      ValueError: ``steps < 1``, an unknown schedule or prediction, or out-of-range values.
+    """
+    steps = checks.check_int("steps", steps, minimum=1)
     kinds = (VPSchedule, EDMSchedule, FlowSchedule, SigmaSchedule)
     if not isinstance(schedule, kinds):
         raise ValueError(f"schedule must be one of {[k.__name__ for k in kinds]}, got "
                          f"{type(schedule).__name__}")
     allowed = ("epsilon", "sample") if isinstance(schedule, (EDMSchedule, SigmaSchedule)) else \
         ("v_prediction",) if isinstance(schedule, FlowSchedule) else PREDICTIONS
-    if schedule.prediction not in allowed:
-        raise ValueError(f"schedule.prediction must be one of {allowed} for "
-                         f"{type(schedule).__name__}, got {schedule.prediction!r}")
+    checks.check_choice(f"schedule.prediction (for {type(schedule).__name__})",
+                        schedule.prediction, allowed)
     if isinstance(schedule, VPSchedule):
-        a = _concrete(schedule.alphas_cumprod)
         if schedule.alphas_cumprod.ndim != 1:
             raise ValueError(f"schedule.alphas_cumprod must be 1-D [T], got shape "
                              f"{schedule.alphas_cumprod.shape}")
         if steps > schedule.alphas_cumprod.shape[0]:
             raise ValueError(f"steps must be <= T={schedule.alphas_cumprod.shape[0]}, got {steps}")
-        if a is not None and (not np.all(np.isfinite(a)) or np.any(a <= 0) or np.any(a > 1)):
-            raise ValueError("schedule.alphas_cumprod must be finite and in (0, 1]")
+        checks.check_range("schedule.alphas_cumprod", schedule.alphas_cumprod, low=0.0,
+                           low_open=True, high=1.0)
         _vp_timesteps(schedule.alphas_cumprod.shape[0], steps, schedule.spacing)
     elif isinstance(schedule, EDMSchedule):
-        lo, hi = _concrete(schedule.sigma_min), _concrete(schedule.sigma_max)
-        if lo is not None and hi is not None:
-            if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= 0 or hi < lo:
-                raise ValueError(f"sigmas must be finite with 0 < sigma_min <= sigma_max, got "
-                                 f"sigma_min={lo}, sigma_max={hi}")
+        checks.check_range("schedule.sigma_min", schedule.sigma_min, low=0.0, low_open=True)
+        checks.check_range("schedule.sigma_max", schedule.sigma_max, low=0.0, low_open=True)
+        lo, hi = checks.concrete(schedule.sigma_min), checks.concrete(schedule.sigma_max)
+        if lo is not None and hi is not None and np.any(hi < lo):
+            raise ValueError(f"sigmas must satisfy sigma_min <= sigma_max, got "
+                             f"sigma_min={lo}, sigma_max={hi}")
     elif isinstance(schedule, SigmaSchedule):
         if schedule.sigmas.shape != (steps + 1,):
             raise ValueError(f"sigmas must have shape (steps + 1,) = ({steps + 1},), got "
                              f"{schedule.sigmas.shape}")
-        s = _concrete(schedule.sigmas)
-        if s is not None:
-            if not np.all(np.isfinite(s)) or np.any(s < 0):
-                raise ValueError(f"sigmas must be finite and non-negative, got {s}")
-            if np.any(np.diff(s) > 0) or s[0] <= 0:
-                raise ValueError(f"sigmas must be non-increasing from a positive value, got {s}")
+        checks.check_range("schedule.sigmas", schedule.sigmas, low=0.0)
+        s = checks.concrete(schedule.sigmas)
+        if s is not None and (np.any(np.diff(s) > 0) or s[0] <= 0):
+            raise ValueError(f"sigmas must be non-increasing from a positive value, got {s}")
     else:  # FlowSchedule
-        sh = _concrete(schedule.shift)
-        if sh is not None and (not np.isfinite(sh) or sh <= 0):
-            raise ValueError(f"schedule.shift must be finite and > 0, got {sh}")
+        checks.check_range("schedule.shift", schedule.shift, low=0.0, low_open=True)
 
 
 def discretize(schedule, steps: int) -> Grid:

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxpapers import quant
+from jaxpapers.core import checks
 from jaxpapers.diffusion.schedules import (consistency_preconditioning, edm_preconditioning,
                                            karras_sigmas)
 
@@ -56,9 +57,10 @@ def init_mlp(key: jax.Array, *, dim: int, num_classes: int, hidden: int = 256, d
     >>> [l["kernel"].shape for l in p["layers"]]
     [(112, 256), (256, 256), (256, 256), (256, 64)]
     """
-    if dim < 1 or num_classes < 1 or hidden < 1 or depth < 1 or fourier < 1:
-        raise ValueError("dim, num_classes, hidden, depth and fourier must all be >= 1, got "
-                         f"{(dim, num_classes, hidden, depth, fourier)}")
+    dim, num_classes, hidden, depth, fourier = (
+        checks.check_int(name, v, minimum=1) for name, v in
+        (("dim", dim), ("num_classes", num_classes), ("hidden", hidden), ("depth", depth),
+         ("fourier", fourier)))
     sizes = [_in_dim(dim, num_classes, fourier)] + [hidden] * depth + [dim]
     keys = jax.random.split(key, len(sizes))
     layers = []
@@ -133,9 +135,37 @@ def _check_data(data, labels):
         raise ValueError(f"labels must have shape ({data.shape[0]},), got {labels.shape}")
 
 
+def _train_edm_run(params, key, data, labels, learning_rate, *, num_steps, batch_size,
+                   sigma_data):
+    opt = optax.adam(optax.cosine_decay_schedule(learning_rate, num_steps, alpha=0.05))
+
+    def body(carry, k):
+        p, st = carry
+        kb, kl = jax.random.split(k)
+        xb, yb = _batch(kb, data, labels, batch_size)
+        loss, g = jax.value_and_grad(edm_loss)(p, kl, xb, yb, sigma_data=sigma_data)
+        upd, st = opt.update(g, st, p)
+        return (optax.apply_updates(p, upd), st), loss
+
+    (p, _), losses = jax.lax.scan(body, (params, opt.init(params)),
+                                  jax.random.split(key, num_steps))
+    return p, losses
+
+
+# Module-level jits: params, data and the learning rate are arguments (not constants baked into
+# the program), so a second call with the same shapes and static settings does not recompile.
+# Float settings that enter Python arithmetic (sigma_data, ema, ...) stay static so the results
+# are bit-identical to closing over them.
+_train_edm_jit = jax.jit(_train_edm_run,
+                         static_argnames=("num_steps", "batch_size", "sigma_data"))
+
+
 def train_edm(params, key: jax.Array, data: jax.Array, labels: jax.Array, *, num_steps: int,
               batch_size: int = 256, learning_rate: float = 2e-3, sigma_data: float = 0.5):
     """Train the EDM denoiser with Adam + cosine decay; returns ``(params, losses [num_steps])``.
+
+    One compiled ``lax.scan``; a second call with the same shapes, ``num_steps``, ``batch_size``
+    and ``sigma_data`` reuses it (``learning_rate`` is traced).
 
     >>> import jax.numpy as jnp
     >>> p = init_mlp(jax.random.key(0), dim=4, num_classes=2, hidden=16, depth=1)
@@ -145,49 +175,16 @@ def train_edm(params, key: jax.Array, data: jax.Array, labels: jax.Array, *, num
     >>> bool(losses[-20:].mean() < losses[:20].mean())
     True
     """
+    num_steps = checks.check_int("num_steps", num_steps, minimum=1)
+    batch_size = checks.check_int("batch_size", batch_size, minimum=1)
     data, labels = jnp.asarray(data, jnp.float32), jnp.asarray(labels, jnp.int32)
     _check_data(data, labels)
-    opt = optax.adam(optax.cosine_decay_schedule(learning_rate, num_steps, alpha=0.05))
-
-    @jax.jit
-    def run(params, key):
-        def body(carry, k):
-            p, st = carry
-            kb, kl = jax.random.split(k)
-            xb, yb = _batch(kb, data, labels, batch_size)
-            loss, g = jax.value_and_grad(edm_loss)(p, kl, xb, yb, sigma_data=sigma_data)
-            upd, st = opt.update(g, st, p)
-            return (optax.apply_updates(p, upd), st), loss
-
-        (p, _), losses = jax.lax.scan(body, (params, opt.init(params)),
-                                      jax.random.split(key, num_steps))
-        return p, losses
-
-    return run(params, key)
+    return _train_edm_jit(params, key, data, labels, jnp.asarray(learning_rate),
+                          num_steps=num_steps, batch_size=batch_size, sigma_data=sigma_data)
 
 
-def distill_consistency(teacher_params, key: jax.Array, data: jax.Array, labels: jax.Array, *,
-                        num_steps: int, batch_size: int = 256, learning_rate: float = 5e-4,
-                        num_scales: int = 40, sigma_min: float = 0.002, sigma_max: float = 20.0,
-                        rho: float = 7.0, ema: float = 0.95, sigma_data: float = 0.5):
-    """Consistency distillation of an EDM teacher into a few-step student.
-
-    For ``n ~ U{0..num_scales-2}`` on the Karras grid ``sigma_0 > ... > sigma_{S-1}``
-    (descending here), draws ``x = x0 + sigma_n z``, takes one Heun step of the teacher's
-    probability-flow ODE to ``sigma_{n+1}``, and minimises
-    ``||f_theta(x; sigma_n) - f_ema(x_hat; sigma_{n+1})||^2`` (Song et al. 2023, Alg. 2). The EMA
-    target ``theta^- <- ema theta^- + (1 - ema) theta`` starts from the teacher's weights, as does
-    the student.
-
-    Returns:
-      ``(student_params, losses [num_steps])``; sample with ``consistency_denoiser`` (prediction
-      "sample") and the ``lcm`` sampler on an EDM schedule.
-    """
-    data, labels = jnp.asarray(data, jnp.float32), jnp.asarray(labels, jnp.int32)
-    _check_data(data, labels)
-    if num_scales < 2:
-        raise ValueError(f"num_scales must be >= 2, got {num_scales}")
-    sig = karras_sigmas(num_scales, sigma_min, sigma_max, rho)[:-1]  # [S], descending
+def _distill_run(teacher_params, key, data, labels, sig, learning_rate, *, num_steps,
+                 batch_size, num_scales, sigma_min, ema, sigma_data):
     opt = optax.adam(optax.cosine_decay_schedule(learning_rate, num_steps, alpha=0.1))
     teach = jax.vmap(lambda x, s, y: edm_denoiser(teacher_params, x, s, y,
                                                   sigma_data=sigma_data))
@@ -208,20 +205,53 @@ def distill_consistency(teacher_params, key: jax.Array, data: jax.Array, labels:
         target = jax.lax.stop_gradient(f(target_p, x_hat, s_lo, y))
         return jnp.mean(jnp.sum((f(p, x, s_hi, y) - target) ** 2, axis=-1))
 
-    @jax.jit
-    def run(params, key):
-        def body(carry, k):
-            p, tp, st = carry
-            kb, kl = jax.random.split(k)
-            xb, yb = _batch(kb, data, labels, batch_size)
-            loss, g = jax.value_and_grad(loss_fn)(p, tp, kl, xb, yb)
-            upd, st = opt.update(g, st, p)
-            p = optax.apply_updates(p, upd)
-            tp = jax.tree.map(lambda a, b: ema * a + (1.0 - ema) * b, tp, p)
-            return (p, tp, st), loss
+    def body(carry, k):
+        p, tp, st = carry
+        kb, kl = jax.random.split(k)
+        xb, yb = _batch(kb, data, labels, batch_size)
+        loss, g = jax.value_and_grad(loss_fn)(p, tp, kl, xb, yb)
+        upd, st = opt.update(g, st, p)
+        p = optax.apply_updates(p, upd)
+        tp = jax.tree.map(lambda a, b: ema * a + (1.0 - ema) * b, tp, p)
+        return (p, tp, st), loss
 
-        (p, _, _), losses = jax.lax.scan(body, (params, params, opt.init(params)),
-                                         jax.random.split(key, num_steps))
-        return p, losses
+    params = teacher_params
+    (p, _, _), losses = jax.lax.scan(body, (params, params, opt.init(params)),
+                                     jax.random.split(key, num_steps))
+    return p, losses
 
-    return run(teacher_params, key)
+
+_distill_jit = jax.jit(_distill_run, static_argnames=(
+    "num_steps", "batch_size", "num_scales", "sigma_min", "ema", "sigma_data"))
+
+
+def distill_consistency(teacher_params, key: jax.Array, data: jax.Array, labels: jax.Array, *,
+                        num_steps: int, batch_size: int = 256, learning_rate: float = 5e-4,
+                        num_scales: int = 40, sigma_min: float = 0.002, sigma_max: float = 20.0,
+                        rho: float = 7.0, ema: float = 0.95, sigma_data: float = 0.5):
+    """Consistency distillation of an EDM teacher into a few-step student.
+
+    For ``n ~ U{0..num_scales-2}`` on the Karras grid ``sigma_0 > ... > sigma_{S-1}``
+    (descending here), draws ``x = x0 + sigma_n z``, takes one Heun step of the teacher's
+    probability-flow ODE to ``sigma_{n+1}``, and minimises
+    ``||f_theta(x; sigma_n) - f_ema(x_hat; sigma_{n+1})||^2`` (Song et al. 2023, Alg. 2). The EMA
+    target ``theta^- <- ema theta^- + (1 - ema) theta`` starts from the teacher's weights, as does
+    the student.
+
+    One compiled ``lax.scan``; the teacher's weights, the data, the sigma grid and the learning
+    rate are its arguments, so a second call with the same shapes and settings does not
+    recompile.
+
+    Returns:
+      ``(student_params, losses [num_steps])``; sample with ``consistency_denoiser`` (prediction
+      "sample") and the ``lcm`` sampler on an EDM schedule.
+    """
+    num_steps = checks.check_int("num_steps", num_steps, minimum=1)
+    batch_size = checks.check_int("batch_size", batch_size, minimum=1)
+    num_scales = checks.check_int("num_scales", num_scales, minimum=2)
+    data, labels = jnp.asarray(data, jnp.float32), jnp.asarray(labels, jnp.int32)
+    _check_data(data, labels)
+    sig = karras_sigmas(num_scales, sigma_min, sigma_max, rho)[:-1]  # [S], descending
+    return _distill_jit(teacher_params, key, data, labels, sig, jnp.asarray(learning_rate),
+                        num_steps=num_steps, batch_size=batch_size, num_scales=num_scales,
+                        sigma_min=sigma_min, ema=ema, sigma_data=sigma_data)

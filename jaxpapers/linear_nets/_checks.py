@@ -1,60 +1,43 @@
-"""Input validation shared by the linear-network modules.
+"""Input validation shared by the linear-network modules, built on :mod:`jaxpapers.core.checks`.
 
-Only concrete (non-traced) values are checked, so every public function still works under
-``jax.jit`` and ``jax.vmap``: inside a trace the checks are skipped silently.
+Value checks run only on concrete (non-traced) values, so every public function still works under
+``jax.jit`` and ``jax.vmap``: inside a trace they are skipped silently. Static ints (widths,
+layers, steps) are always checked; bools are rejected with a ``TypeError``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import jax
 import numpy as np
 
-__all__ = ["is_concrete", "check_layers_steps", "check_width", "check_rates", "check_params"]
+from jaxpapers.core import checks
 
-
-def is_concrete(x: Any) -> bool:
-    """True when ``x`` holds a value (not a tracer), i.e. it can be validated."""
-    return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
+__all__ = ["check_layers_steps", "check_width", "check_int_width", "check_rates", "check_params"]
 
 
 def check_layers_steps(layers: Any, steps: Any, *, max_steps: int | None = 2) -> None:
     """``layers`` must be 2 or 3; ``steps`` a positive int (at most ``max_steps`` if given)."""
-    if isinstance(layers, bool) or not isinstance(layers, (int, np.integer)) or layers not in (2, 3):
-        raise ValueError(f"layers must be 2 or 3, got {layers!r}")
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    checks.check_choice("layers", checks.check_int("layers", layers), (2, 3))
+    steps = checks.check_int("steps", steps, minimum=1)
     if max_steps is not None and steps > max_steps:
         raise ValueError(f"steps must be in 1..{max_steps} for the closed forms, got {steps!r}")
 
 
 def check_width(h: Any, name: str = "h") -> None:
-    """A width must be positive and finite (checked only when concrete)."""
-    if not is_concrete(h):
-        return
-    arr = np.asarray(h, dtype=float)
-    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise ValueError(f"{name} must be positive and finite, got {h!r}")
+    """A (possibly real-valued) width must be positive and finite (checked only when concrete)."""
+    checks.check_range(name, h, low=0.0, low_open=True)
 
 
 def check_int_width(h: Any, name: str = "h") -> int:
-    """A static integer width (used for shapes)."""
-    if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1:
-        raise ValueError(f"{name} must be a positive int, got {h!r}")
-    return int(h)
+    """A static integer width (used for shapes): an int >= 1."""
+    return checks.check_int(name, h, minimum=1)
 
 
 def check_rates(**rates: Any) -> None:
     """Learning rates must be finite and non-negative (checked only when concrete)."""
     for name, value in rates.items():
-        if not is_concrete(value):
-            continue
-        arr = np.asarray(value, dtype=float)
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{name} must be finite, got {value!r}")
-        if np.any(arr < 0):
-            raise ValueError(f"{name} must be non-negative, got {value!r}")
+        checks.check_range(name, value, low=0.0)
 
 
 def check_params(params: Any) -> int:
@@ -69,9 +52,8 @@ def check_params(params: Any) -> int:
     if extra:
         raise ValueError(f"params has unexpected keys {sorted(extra)}")
     w1, w2 = params["w1"], params["w2"]
-    if np.ndim(w1) != 2 or np.ndim(w2) != 2:
-        raise ValueError(f"params['w1'] and params['w2'] must be matrices, got shapes "
-                         f"{np.shape(w1)} and {np.shape(w2)}")
+    checks.check_ndim("params['w1']", w1, 2, "[d, h]")
+    checks.check_ndim("params['w2']", w2, 2, "[h, h]")
     h = np.shape(w1)[1]
     if np.shape(w2) != (h, h):
         raise ValueError(f"params['w2'] must have shape ({h}, {h}) to match params['w1'] "

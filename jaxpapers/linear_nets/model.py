@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxpapers.core import checks
 from jaxpapers.linear_nets import _checks
 
 __all__ = [
@@ -80,17 +81,16 @@ def init_params(key: jax.Array, d: int, h: int, *, layers: int = 2,
     _checks.check_layers_steps(layers, 1)
     d = _checks.check_int_width(d, "d")
     h = _checks.check_int_width(h, "h")
+    checks.check_choice("kind", kind, ("orthogonal", "gaussian"))
     k1, k2, k3 = jax.random.split(key, 3)
     dt = jnp.result_type(float)
     if kind == "orthogonal":
         if d < h:
             raise ValueError(f"d must be >= h for orthonormal W1 columns, got d={d}, h={h}")
         params = {"w1": haar(k1, d, h), "w2": haar(k2, h, h)}
-    elif kind == "gaussian":
+    else:
         params = {"w1": jax.random.normal(k1, (d, h), dt) / math.sqrt(d),
                   "w2": jax.random.normal(k2, (h, h), dt) / math.sqrt(h)}
-    else:
-        raise ValueError(f"kind must be 'orthogonal' or 'gaussian', got {kind!r}")
     if layers == 3:
         params["a"] = jax.random.normal(k3, (h, 1), dt) / math.sqrt(h)
     return params

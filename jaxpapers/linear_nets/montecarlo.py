@@ -10,7 +10,6 @@ random numbers), so differences along a curve are much more precise than the poi
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from typing import Literal
@@ -19,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxpapers.core import checks, pytree
 from jaxpapers.linear_nets import _checks
 from jaxpapers.linear_nets import model
 
@@ -28,8 +28,7 @@ Method = Literal["surrogate", "gd", "gap"]
 _METHODS = ("surrogate", "gd", "gap")
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
+@pytree.dataclass
 class MCEstimate:
     """Monte Carlo mean and standard error.
 
@@ -118,12 +117,10 @@ def mc_test_loss(key: jax.Array, eta1: ArrayLike, eta2: ArrayLike, h: int, *, la
     _checks.check_layers_steps(layers, steps, max_steps=None)
     h = _checks.check_int_width(h)
     _checks.check_rates(eta1=eta1, eta2=eta2)
-    if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
-    if isinstance(num_draws, bool) or not isinstance(num_draws, int) or num_draws < 2:
-        raise ValueError(f"num_draws must be an int >= 2, got {num_draws!r}")
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
+    checks.check_choice("method", method, _METHODS)
+    num_draws = checks.check_int("num_draws", num_draws, minimum=2)
+    if batch_size is not None:
+        batch_size = checks.check_int("batch_size", batch_size, minimum=1)
     dt = jnp.result_type(float)
     return _mc(key, jnp.asarray(eta1, dt), jnp.asarray(eta2, dt), h=h, layers=layers,
                steps=steps, method=method, num_draws=num_draws, batch_size=batch_size)

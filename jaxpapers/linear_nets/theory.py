@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxpapers.core import checks
 from jaxpapers.linear_nets import _checks
 
 __all__ = [
@@ -259,9 +260,8 @@ def optimal_split(h: ArrayLike, budget: ArrayLike, *, layers: int = 2, steps: in
     _checks.check_layers_steps(layers, steps)
     _checks.check_width(h)
     _checks.check_rates(budget=budget)
-    if grid_size < 2 or newton_steps < 0:
-        raise ValueError(f"grid_size must be >= 2 and newton_steps >= 0, got {grid_size}, "
-                         f"{newton_steps}")
+    grid_size = checks.check_int("grid_size", grid_size, minimum=2)
+    newton_steps = checks.check_int("newton_steps", newton_steps, minimum=0)
     return _optimal_split_impl(_float(h), _float(budget), layers=layers, steps=steps,
                                official=official, grid_size=grid_size,
                                newton_steps=newton_steps)

@@ -12,7 +12,7 @@ from typing import Any
 
 import jax
 
-from jaxpapers.core import pytree
+from jaxpapers.core import checks, pytree
 
 __all__ = ["LMConfig", "TrainConfig", "KVCache", "AttnFn", "AttnStateFn", "VOCAB_SIZE"]
 
@@ -23,13 +23,6 @@ VOCAB_SIZE = 256
 AttnFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, Any, jax.Array], jax.Array]
 # attn_state_fn(cache) -> attn_state (a pytree whose leaves have a leading n_layers axis)
 AttnStateFn = Callable[["KVCache"], Any]
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +54,7 @@ class LMConfig:
     def __post_init__(self):
         for name in ("vocab", "d_model", "n_layers", "n_q_heads", "n_kv_heads", "head_dim",
                      "d_ff", "max_len"):
-            _check_int(name, getattr(self, name), 1)
+            checks.check_int(name, getattr(self, name), minimum=1)
         if self.vocab > VOCAB_SIZE:
             raise ValueError(f"vocab must be <= {VOCAB_SIZE} (bytes), got {self.vocab}")
         if self.n_q_heads % self.n_kv_heads:
@@ -114,16 +107,16 @@ class TrainConfig:
 
     def __post_init__(self):
         for name in ("seq_len", "batch_size", "num_steps", "chunk_size"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("warmup_steps", self.warmup_steps, 0)
+            checks.check_int(name, getattr(self, name), minimum=1)
+        checks.check_int("warmup_steps", self.warmup_steps, minimum=0)
         if self.max_files is not None:
-            _check_int("max_files", self.max_files, 1)
+            checks.check_int("max_files", self.max_files, minimum=1)
         for name in ("learning_rate", "weight_decay", "grad_clip"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"{name} must be a non-negative number, got {v!r}")
-        if not 0.0 < self.heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"{name} must be a number, got {type(v).__name__} {v!r}")
+            checks.check_range(name, v, low=0.0)
+        checks.check_level("heldout_fraction", self.heldout_fraction)
         if not isinstance(self.extra_stages, tuple):
             raise TypeError(f"extra_stages must be a tuple, got {type(self.extra_stages).__name__}")
         for i, stage in enumerate(self.extra_stages):
@@ -131,7 +124,7 @@ class TrainConfig:
                 raise ValueError(f"extra_stages[{i}] must be (seq_len, batch_size, num_steps), "
                                  f"got {stage!r}")
             for name, v in zip(("seq_len", "batch_size", "num_steps"), stage):
-                _check_int(f"extra_stages[{i}].{name}", v, 1)
+                checks.check_int(f"extra_stages[{i}].{name}", v, minimum=1)
 
     @property
     def stages(self) -> tuple[tuple[int, int, int], ...]:

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxpapers.core import checks
 from jaxpapers.lm import model
 from jaxpapers.lm._types import AttnFn, AttnStateFn, LMConfig
 
@@ -82,8 +83,9 @@ def bits_per_byte(params: dict, tokens: jax.Array, *, config: LMConfig,
     Returns:
       [] float32.
     """
+    start = checks.check_int("start", start)
     bits = token_bits(params, tokens, config=config)
-    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < bits.shape[1]:
+    if not 0 <= start < bits.shape[1]:
         raise ValueError(f"start must be an int in [0, T - 1 = {bits.shape[1]}), got {start!r}")
     return jnp.mean(bits[:, start:])
 
@@ -132,8 +134,8 @@ def bits_per_byte_decode(params: dict, tokens: jax.Array, *, config: LMConfig, p
     tokens = model._check_tokens(tokens, "tokens", config, 2)
     model._check_params(params, config)
     t = tokens.shape[1]
-    if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) \
-            or not 1 <= prefix_len < t:
+    prefix_len = checks.check_int("prefix_len", prefix_len)
+    if not 1 <= prefix_len < t:
         raise ValueError(f"prefix_len must be an int in [1, T={t}), got {prefix_len!r}")
     if t - 1 > config.max_len:
         raise ValueError(f"tokens has T={t}; decoding it needs T - 1 = {t - 1} cache slots, more "

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxpapers.core import checks
 from jaxpapers.lm._types import AttnFn, KVCache, LMConfig
 
 __all__ = ["init", "forward", "prefill", "decode_step", "collect_qkv", "dense_attention",
@@ -48,10 +49,6 @@ _MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 
 # ----------------------------------------------------------------------------- validation
-
-def _is_concrete(x: Any) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
 
 def _check_config(config: Any) -> None:
     if not isinstance(config, LMConfig):
@@ -69,8 +66,8 @@ def _check_tokens(tokens: Any, name: str, config: LMConfig, ndim: int) -> jax.Ar
     if jnp.ndim(tokens) != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions "
                          f"({'[B, T]' if ndim == 2 else '[B]'}), got shape {jnp.shape(tokens)}")
-    if _is_concrete(tokens) and np.size(tokens):
-        host = np.asarray(tokens)
+    host = checks.concrete(tokens)
+    if host is not None and host.size:
         lo, hi = int(host.min()), int(host.max())
         if lo < 0 or hi >= config.vocab:
             raise ValueError(f"{name} must be token ids in [0, {config.vocab}), "
@@ -108,8 +105,7 @@ def init(config: LMConfig, key: jax.Array) -> dict:
       the parameter pytree described in the module docstring.
     """
     _check_config(config)
-    if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
-        raise TypeError("key must be a typed key from jax.random.key(seed)")
+    checks.check_key("key", key)
     c = config
     n, d, f = c.n_layers, c.d_model, c.d_ff
     dq, dk = c.n_q_heads * c.head_dim, c.n_kv_heads * c.head_dim
@@ -319,8 +315,7 @@ def prefill(params: dict, tokens: jax.Array, *, config: LMConfig,
     tokens = _check_tokens(tokens, "tokens", config, 2)
     _check_length(tokens.shape[1], config)
     _check_params(params, config)
-    if isinstance(max_len, bool) or not isinstance(max_len, int):
-        raise TypeError(f"max_len must be an int, got {max_len!r}")
+    max_len = checks.check_int("max_len", max_len)
     if not tokens.shape[1] <= max_len <= config.max_len:
         raise ValueError(f"max_len must be in [T={tokens.shape[1]}, config.max_len="
                          f"{config.max_len}], got {max_len}")
@@ -408,7 +403,7 @@ def _check_cache(cache: Any, config: LMConfig, batch: int | None = None) -> None
         raise ValueError(f"token has batch {batch} but the cache holds {b} sequences")
     if not jnp.issubdtype(cache.length.dtype, jnp.integer):
         raise TypeError(f"cache.length must be int32, got {cache.length.dtype}")
-    if _is_concrete(cache.length):
+    if checks.is_concrete(cache.length):
         full = int(np.max(np.asarray(cache.length), initial=0))
         if full >= s:
             raise ValueError(f"cache overflow: cache.length reaches {full} but the cache has "

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxpapers.core import checks
 from jaxpapers.lm import model
 from jaxpapers.lm._types import LMConfig, TrainConfig
 from jaxpapers.lm.evaluate import _bits, unigram_bits_per_byte
@@ -160,12 +161,42 @@ def train(config: LMConfig, train_config: TrainConfig, key: jax.Array, *,
     return params
 
 
+@dataclasses.dataclass(frozen=True)
+class _Windows:
+    """``batch_fn(step, (data_key, tokens))`` of a training stage: random windows of the corpus.
+
+    A hashable value (a static argument of the core loop) that receives the corpus as traced
+    data, so the bytes are never baked into the compiled program.
+    """
+
+    batch_size: int
+    seq_len: int
+
+    def __call__(self, step, data):
+        from jaxpapers.core import data as core_data
+
+        data_key, tokens = data
+        return core_data.sample_windows(jax.random.fold_in(data_key, step), tokens,
+                                        batch_size=self.batch_size, seq_len=self.seq_len)
+
+
+@functools.lru_cache(maxsize=8)
+def _optimizer_and_step(config: LMConfig, train_config: TrainConfig):
+    """One optimizer and step function per (config, recipe): a second :func:`train` call with
+    the same settings hands the core loop the same static ``step_fn`` and reuses its compilation."""
+    from jaxpapers.core import train as core_train
+
+    optimizer = make_optimizer(train_config)
+    step_fn = core_train.make_train_step(functools.partial(loss_fn, config=config), optimizer,
+                                         has_aux=True)
+    return optimizer, step_fn
+
+
 def _train(config, train_config, key, *, progress):
-    from jaxpapers.core import data, train as core_train
+    from jaxpapers.core import train as core_train
 
     _check_pair(config, train_config)
-    if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
-        raise TypeError("key must be a typed key from jax.random.key(seed)")
+    checks.check_key("key", key)
     tc = train_config
     train_tokens, _ = corpus_tokens(tc)
     if train_tokens.size <= tc.max_seq_len + 1:
@@ -173,22 +204,17 @@ def _train(config, train_config, key, *, progress):
                          f"seq_len={tc.max_seq_len}")
     init_key, data_key, run_key = jax.random.split(key, 3)
     params = model.init(config, init_key)
-    optimizer = make_optimizer(tc)
-    step_fn = core_train.make_train_step(functools.partial(loss_fn, config=config), optimizer,
-                                         has_aux=True)
+    optimizer, step_fn = _optimizer_and_step(config, tc)
     tokens = jnp.asarray(train_tokens)
     state = core_train.init_train_state(params, optimizer, run_key)
     history: dict[str, list] = {}
     done = 0
     for seq_len, batch_size, num_steps in tc.stages:
-        def batch_fn(step, seq_len=seq_len, batch_size=batch_size):
-            return data.sample_windows(jax.random.fold_in(data_key, step), tokens,
-                                       batch_size=batch_size, seq_len=seq_len)
-
         done += num_steps
-        state, hist = core_train.fit(step_fn, state, batch_fn, num_steps=done,
-                                     chunk_size=tc.chunk_size, progress=progress,
-                                     desc=f"lm T={seq_len}")
+        state, hist = core_train.fit(step_fn, state, _Windows(batch_size, seq_len),
+                                     num_steps=done, chunk_size=tc.chunk_size,
+                                     progress=progress, desc=f"lm T={seq_len}",
+                                     data=(data_key, tokens))
         for k, v in hist.items():
             history.setdefault(k, []).extend(np.asarray(v).tolist())
     return state.params, {k: np.asarray(v) for k, v in history.items()}
@@ -254,8 +280,7 @@ def checkpoint_dir(config: LMConfig, train_config: TrainConfig, *, key: jax.Arra
                    cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
     """The folder :func:`load_or_train` uses: ``cache_dir / <hash of configs and key>``."""
     _check_pair(config, train_config)
-    if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
-        raise TypeError("key must be a typed key from jax.random.key(seed)")
+    checks.check_key("key", key)
     blob = json.dumps(_fingerprint(config, train_config, key), sort_keys=True).encode()
     root = pathlib.Path(DEFAULT_CACHE_DIR if cache_dir is None else cache_dir).expanduser()
     return root.resolve() / hashlib.sha256(blob).hexdigest()[:16]

@@ -45,6 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxpapers.core import checks
+
 __all__ = ["ARCHITECTURES", "Dense", "MLP", "ResNet", "ModifiedMLP", "PirateNet", "CoupledNet",
            "CouplingBlock", "make_network", "hidden_states", "embed", "apply_block",
            "block_params", "block_log_det"]
@@ -404,10 +406,8 @@ def make_network(arch: str, *, depth: int, width: int,
     """
     if arch not in _CLASSES:
         raise ValueError(f"arch must be one of {ARCHITECTURES}, got {arch!r}")
-    if not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth must be an int >= 1, got {depth!r}")
-    if not isinstance(width, int) or width < 1:
-        raise ValueError(f"width must be an int >= 1, got {width!r}")
+    depth = checks.check_int("depth", depth, minimum=1)
+    width = checks.check_int("width", width, minimum=1)
     if arch == "coupled" and width % 2:
         raise ValueError(f"width must be even for the coupling network (split in halves), "
                          f"got {width}")
@@ -415,8 +415,7 @@ def make_network(arch: str, *, depth: int, width: int,
         raise ValueError(f"width must be even with Fourier features (cos and sin halves), got {width}")
     if unroll is None:
         unroll = depth if depth <= AUTO_UNROLL_MAX_DEPTH else 1
-    if not isinstance(unroll, int) or isinstance(unroll, bool) or unroll < 1:
-        raise ValueError(f"unroll must be an int >= 1 or None, got {unroll!r}")
+    unroll = checks.check_int("unroll", unroll, minimum=1)
     if kwargs and arch != "coupled":
         raise ValueError(f"keywords {sorted(kwargs)} only apply to arch='coupled'")
     return _CLASSES[arch](depth=depth, width=width, weight_fact=weight_fact,
@@ -430,8 +429,7 @@ def _standalone_block(net: _Base) -> nn.Module:
 
 def block_params(net: _Base, params: Any, i: int) -> Any:
     """Variables of block ``i`` (a slice of the stacked, scanned block parameters)."""
-    if not 0 <= i < net.depth:
-        raise ValueError(f"i must be in [0, {net.depth}), got {i}")
+    i = checks.check_int("i", i, minimum=0, maximum=net.depth - 1)
     return {"params": jax.tree.map(lambda p: p[i], params["params"]["blocks"])}
 
 

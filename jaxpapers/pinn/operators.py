@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from jaxpapers.core import checks
 from jaxpapers.pinn._types import ScalarFn
 
 __all__ = ["check_points", "gradient", "laplacian", "partial_derivative", "time_derivative",
@@ -40,10 +40,7 @@ def check_points(x: jax.typing.ArrayLike, name: str = "x", dim: int | None = Non
     Raises:
       ValueError: naming ``name`` when the shape, dtype or values are wrong.
     """
-    if isinstance(x, jax.core.Tracer):
-        arr = x
-    else:
-        arr = jnp.asarray(x)
+    arr = x if checks.is_tracer(x) else jnp.asarray(x)
     if arr.ndim != 2:
         raise ValueError(f"{name} must have shape [B, d], got shape {tuple(arr.shape)}")
     if dim is not None and arr.shape[1] != dim:
@@ -51,8 +48,7 @@ def check_points(x: jax.typing.ArrayLike, name: str = "x", dim: int | None = Non
                          f"got shape {tuple(arr.shape)}")
     if not jnp.issubdtype(arr.dtype, jnp.floating):
         raise ValueError(f"{name} must be floating point, got dtype {arr.dtype}")
-    if not isinstance(arr, jax.core.Tracer) and not bool(np.all(np.isfinite(np.asarray(arr)))):
-        raise ValueError(f"{name} contains NaN or infinite collocation points")
+    checks.check_finite(name, arr)
     return arr
 
 
@@ -142,6 +138,5 @@ def partial_derivative(fn: ScalarFn, x: jax.typing.ArrayLike, axes: Sequence[int
 def time_derivative(fn: ScalarFn, x: jax.typing.ArrayLike, *, order: int = 1,
                     time_axis: int = -1) -> jax.Array:
     """``d^order fn / dt^order`` at each point, time being coordinate ``time_axis`` (last)."""
-    if not isinstance(order, int) or order < 1:
-        raise ValueError(f"order must be a positive int, got {order!r}")
+    order = checks.check_int("order", order, minimum=1)
     return partial_derivative(fn, x, (time_axis,) * order)

@@ -29,6 +29,7 @@ w_i = exp(-eps sum_{j<i} L^j) (no gradient through w); L_res = mean_i w_i L^i.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +38,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import PartitionSpec as P
 
+from jaxpapers.core import checks
 from jaxpapers.core.train import TrainState, fit
 from jaxpapers.pinn._types import Problem
 
@@ -119,12 +121,87 @@ def init_pinn_state(net, problem: Problem, optimizer: optax.GradientTransformati
                       opt_state=optimizer.init(net_params), key_data=jax.random.key_data(k_run))
 
 
+@dataclasses.dataclass(frozen=True)
+class _PinnStep:
+    """The step of :func:`make_pinn_step`: a frozen, hashable value, so that two steps built
+    with equal settings (same net, problem and optimizer objects) share one compilation of the
+    core loop's ``run_chunk`` (its ``step_fn`` is a static argument)."""
+
+    net: Any
+    problem: Problem
+    optimizer: optax.GradientTransformation
+    weighting: str
+    update_every: int
+    momentum: float
+    causal_tol: float | None
+    num_chunks: int
+    ntk_points: int
+    mesh: jax.sharding.Mesh | None
+    axis: str | None
+
+    def _weighted(self, net_params, weights, batch):
+        terms, aux = loss_terms(self.net, self.problem, net_params, batch,
+                                causal_tol=self.causal_tol, num_chunks=self.num_chunks)
+        loss = sum(weights[k] * terms[k] for k in terms)
+        return loss, {**{f"loss_{k}": v for k, v in terms.items()}, **aux}
+
+    def _grads(self, net_params, weights, batch):
+        axis = self.axis
+
+        def grads(net_params, weights, batch):
+            (loss, aux), g = jax.value_and_grad(self._weighted, has_aux=True)(
+                net_params, weights, batch)
+            if axis is not None:
+                # Under shard_map (check_vma) the gradient w.r.t. the replicated parameters is
+                # already psum-reduced over the axis by the transpose; divide to get the mean.
+                loss, aux = jax.lax.pmean((loss, aux), axis)
+                g = jax.tree.map(lambda a: a / jax.lax.axis_size(axis), g)
+            return loss, aux, g
+
+        if self.mesh is not None:
+            grads = jax.shard_map(grads, mesh=self.mesh, in_specs=(P(), P(), P(axis)),
+                                  out_specs=(P(), P(), P()))
+        return grads(net_params, weights, batch)
+
+    def _new_weights(self, net_params, batch, old):
+        net, problem = self.net, self.problem
+        if self.weighting == "grad_norm":
+            w = grad_norm_weights(
+                lambda p: loss_terms(net, problem, p, batch, causal_tol=self.causal_tol,
+                                     num_chunks=self.num_chunks)[0], net_params)
+        else:
+            sub = jax.tree.map(lambda x: x[:: max(1, x.shape[0] // self.ntk_points)], batch)
+            w = ntk_weights(lambda p: problem.residuals(lambda z: net.apply(p, z), sub),
+                            net_params)
+        m = self.momentum
+        return jax.tree.map(lambda a, b: m * a + (1.0 - m) * b, old, w)
+
+    def __call__(self, state: TrainState, batch):
+        net_params, weights = state.params["net"], state.params["weights"]
+        if self.weighting != "none":
+            weights = jax.lax.cond(state.step % self.update_every == 0,
+                                   lambda: self._new_weights(net_params, batch, weights),
+                                   lambda: weights)
+            weights = jax.lax.stop_gradient(weights)
+        loss, aux, g = self._grads(net_params, weights, batch)
+        updates, opt_state = self.optimizer.update(g, state.opt_state, net_params)
+        net_params = optax.apply_updates(net_params, updates)
+        metrics = {"loss": loss, "grad_norm": optax.tree.norm(g), **aux,
+                   **{f"weight_{k}": v for k, v in weights.items()}}
+        return TrainState(step=state.step + 1, params={"net": net_params, "weights": weights},
+                          opt_state=opt_state, key_data=state.key_data), metrics
+
+
 def make_pinn_step(net, problem: Problem, optimizer: optax.GradientTransformation, *,
                    weighting: str = "none", update_every: int = 1000, momentum: float = 0.9,
                    causal_tol: float | None = None, num_chunks: int = 16,
                    ntk_points: int = 64, mesh: jax.sharding.Mesh | None = None,
                    axis_name: str | None = None):
     """One PINN step ``(state, batch) -> (state, metrics)`` for :func:`~jaxpapers.core.train.fit`.
+
+    The step is a frozen, hashable value: steps made with equal arguments (the same ``net``
+    settings, ``problem`` and ``optimizer`` objects) compare equal, so the core loop compiles
+    once for all of them.
 
     Args:
       net: a network from :func:`~jaxpapers.pinn.make_network`.
@@ -144,13 +221,13 @@ def make_pinn_step(net, problem: Problem, optimizer: optax.GradientTransformatio
       ValueError: unknown ``weighting``; causal weighting on a stationary problem or together
         with ``mesh`` (the window losses would need a cross-device reduction before the exp);
         bad ``update_every``/``momentum``.
+      TypeError: a non-int ``update_every``, ``num_chunks`` or ``ntk_points``.
     """
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
-    if not isinstance(update_every, int) or update_every < 1:
-        raise ValueError(f"update_every must be a positive int, got {update_every!r}")
-    if not 0.0 <= momentum < 1.0:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+    checks.check_choice("weighting", weighting, WEIGHTINGS)
+    update_every = checks.check_int("update_every", update_every, minimum=1)
+    num_chunks = checks.check_int("num_chunks", num_chunks, minimum=1)
+    ntk_points = checks.check_int("ntk_points", ntk_points, minimum=1)
+    checks.check_range("momentum", momentum, low=0.0, high=1.0, high_open=True)
     if causal_tol is not None and not problem.time_dependent:
         raise ValueError(f"causal_tol needs a time-dependent problem; {problem.name!r} is not")
     if causal_tol is not None and mesh is not None:
@@ -158,53 +235,24 @@ def make_pinn_step(net, problem: Problem, optimizer: optax.GradientTransformatio
     axis = None
     if mesh is not None:
         axis = axis_name or mesh.axis_names[0]
+    # plain floats: the step is hashed and compared as a static argument
+    momentum = float(momentum) if checks.is_concrete(momentum) else momentum
+    if causal_tol is not None and checks.is_concrete(causal_tol):
+        causal_tol = float(causal_tol)
+    return _PinnStep(net=net, problem=problem, optimizer=optimizer, weighting=weighting,
+                     update_every=update_every, momentum=momentum, causal_tol=causal_tol,
+                     num_chunks=num_chunks, ntk_points=ntk_points, mesh=mesh, axis=axis)
 
-    def weighted(net_params, weights, batch):
-        terms, aux = loss_terms(net, problem, net_params, batch, causal_tol=causal_tol,
-                                num_chunks=num_chunks)
-        loss = sum(weights[k] * terms[k] for k in terms)
-        return loss, {**{f"loss_{k}": v for k, v in terms.items()}, **aux}
 
-    def grads(net_params, weights, batch):
-        (loss, aux), g = jax.value_and_grad(weighted, has_aux=True)(net_params, weights, batch)
-        if axis is not None:
-            # Under shard_map (check_vma) the gradient w.r.t. the replicated parameters is
-            # already psum-reduced over the axis by the transpose; divide to get the mean.
-            loss, aux = jax.lax.pmean((loss, aux), axis)
-            g = jax.tree.map(lambda a: a / jax.lax.axis_size(axis), g)
-        return loss, aux, g
+@dataclasses.dataclass(frozen=True)
+class _PinnBatch:
+    """``batch_fn(t, k_data)`` of :func:`train`: fresh collocation points of step t (hashable)."""
 
-    if mesh is not None:
-        grads = jax.shard_map(grads, mesh=mesh, in_specs=(P(), P(), P(axis)),
-                              out_specs=(P(), P(), P()))
+    problem: Problem
+    batch_size: int
 
-    def new_weights(net_params, batch, old):
-        if weighting == "grad_norm":
-            w = grad_norm_weights(
-                lambda p: loss_terms(net, problem, p, batch, causal_tol=causal_tol,
-                                     num_chunks=num_chunks)[0], net_params)
-        else:
-            sub = jax.tree.map(lambda x: x[:: max(1, x.shape[0] // ntk_points)], batch)
-            w = ntk_weights(lambda p: problem.residuals(lambda z: net.apply(p, z), sub),
-                            net_params)
-        return jax.tree.map(lambda a, b: momentum * a + (1.0 - momentum) * b, old, w)
-
-    def step(state: TrainState, batch):
-        net_params, weights = state.params["net"], state.params["weights"]
-        if weighting != "none":
-            weights = jax.lax.cond(state.step % update_every == 0,
-                                   lambda: new_weights(net_params, batch, weights),
-                                   lambda: weights)
-            weights = jax.lax.stop_gradient(weights)
-        loss, aux, g = grads(net_params, weights, batch)
-        updates, opt_state = optimizer.update(g, state.opt_state, net_params)
-        net_params = optax.apply_updates(net_params, updates)
-        metrics = {"loss": loss, "grad_norm": optax.tree.norm(g), **aux,
-                   **{f"weight_{k}": v for k, v in weights.items()}}
-        return TrainState(step=state.step + 1, params={"net": net_params, "weights": weights},
-                          opt_state=opt_state, key_data=state.key_data), metrics
-
-    return step
+    def __call__(self, t, k_data):
+        return self.problem.sample(jax.random.fold_in(k_data, t), self.batch_size)
 
 
 def train(problem: Problem, net, key: jax.Array, *, num_steps: int, batch_size: int,
@@ -215,19 +263,19 @@ def train(problem: Problem, net, key: jax.Array, *, num_steps: int, batch_size: 
 
     The batch of step t is ``problem.sample(fold_in(k_data, t), batch_size)``; ``key`` is
     consumed (network init, data stream, run key). Extra keywords go to :func:`make_pinn_step`.
+    A second call with the same ``problem``, ``net`` settings and ``optimizer`` object (any key)
+    reuses the compiled chunks.
 
     Returns:
       (final TrainState, history dict of [num_steps] arrays).
     """
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    batch_size = checks.check_int("batch_size", batch_size, minimum=1)
     k_init, k_data = jax.random.split(key)
     state = init_pinn_state(net, problem, optimizer, k_init)
     step = make_pinn_step(net, problem, optimizer, **step_kwargs)
-    batch_fn = lambda t: problem.sample(jax.random.fold_in(k_data, t), batch_size)
-    return fit(step, state, batch_fn, num_steps=num_steps, chunk_size=chunk_size,
-               progress=progress, desc=desc, checkpoint_dir=checkpoint_dir,
-               checkpoint_every=checkpoint_every)
+    return fit(step, state, _PinnBatch(problem, batch_size), num_steps=num_steps,
+               chunk_size=chunk_size, progress=progress, desc=desc,
+               checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, data=k_data)
 
 
 def relative_l2(net, net_params: Any, problem: Problem) -> jax.Array:

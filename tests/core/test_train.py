@@ -1,3 +1,4 @@
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,8 +59,7 @@ def test_resume_is_bit_identical(tmp_path, key):
                                       checkpoint_dir=tmp_path / "b", checkpoint_every=n,
                                       progress=False)
     assert int(resumed.step) == 2 * n
-    for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    chex.assert_trees_all_equal(straight, resumed)
     np.testing.assert_array_equal(hist_straight["loss"], hist_resumed["loss"])
     # and the run really changed the parameters (a resume that skipped training would fail here)
     assert not np.allclose(np.asarray(first.params["w"]), np.asarray(resumed.params["w"]))
@@ -76,17 +76,52 @@ def test_restore_rejects_mismatched_structure(tmp_path, key):
         train.restore_checkpoint(tmp_path, other)
 
 
-def test_no_recompilation_across_chunks(key):
+def _traced_once(monkeypatch):
+    """Make ``train.run_chunk`` fail on a second trace (same static arguments as the real one)."""
+    chex.clear_trace_counter()
+    monkeypatch.setattr(train, "run_chunk", jax.jit(chex.assert_max_traces(train._chunk, n=1),
+                                                    static_argnums=(0, 1, 3)))
+
+
+def test_no_recompilation_across_chunks(key, monkeypatch):
     params, batch_fn, loss_fn, _ = _problem()
     opt = optax.sgd(0.01)
     step_fn = train.make_train_step(loss_fn, opt)
     state = train.init_train_state(params, opt, key)
-    train.run_chunk(step_fn, batch_fn, state, 8)
-    before = train.run_chunk._cache_size()
+    _traced_once(monkeypatch)
     s = state
-    for _ in range(3):
+    for _ in range(4):
         s, _ = train.run_chunk(step_fn, batch_fn, s, 8)
-    assert train.run_chunk._cache_size() == before
+    # fit with chunks of the same length reuses it too
+    train.fit(step_fn, s, batch_fn, num_steps=int(s.step) + 16, chunk_size=8, progress=False)
+
+
+def _data_batch(step, data):  # module level: a static batch_fn that stays the same object
+    xs, ys = data
+    idx = (step * B + jnp.arange(B)) % xs.shape[0]
+    return {"x": xs[idx], "y": ys[idx]}
+
+
+def test_data_argument_is_traced_not_constant(key, monkeypatch):
+    """``data`` reaches batch_fn as an argument: same result as closing over it, new data of the
+    same shape reuses the compilation, and the data is not a constant of the program."""
+    params, batch_fn, loss_fn, _ = _problem()
+    rng = np.random.default_rng(1)
+    xs = jnp.asarray(rng.normal(size=(N_DATA, D)), jnp.float32)
+    ys = jnp.asarray(rng.normal(size=(N_DATA,)), jnp.float32)
+    opt = optax.sgd(0.01)
+    step_fn = train.make_train_step(loss_fn, opt)
+    state = train.init_train_state(params, opt, key)
+    closed = lambda t: _data_batch(t, (xs, ys))
+    want, _ = train.fit(step_fn, state, closed, num_steps=8, chunk_size=8, progress=False)
+    text = train.run_chunk.lower(step_fn, _data_batch, state, 8, (xs, ys)).as_text()
+    assert len(text) < len(train.run_chunk.lower(step_fn, closed, state, 8).as_text()) - 4 * xs.size
+    _traced_once(monkeypatch)
+    got, _ = train.fit(step_fn, state, _data_batch, num_steps=8, chunk_size=8, progress=False,
+                       data=(xs, ys))
+    chex.assert_trees_all_equal(got, want)
+    train.fit(step_fn, state, _data_batch, num_steps=8, chunk_size=8, progress=False,
+              data=(xs + 1.0, ys))  # new values: no retrace
 
 
 def test_bad_arguments(key):
@@ -96,6 +131,8 @@ def test_bad_arguments(key):
     step_fn = train.make_train_step(loss_fn, opt)
     with pytest.raises(ValueError, match="chunk_size"):
         train.fit(step_fn, state, batch_fn, num_steps=4, chunk_size=0)
+    with pytest.raises(TypeError, match="num_steps"):
+        train.fit(step_fn, state, batch_fn, num_steps=True)
     with pytest.raises(ValueError, match="checkpoint_every"):
         train.fit(step_fn, state, batch_fn, num_steps=4, checkpoint_dir="/tmp/x")
     with pytest.raises(TypeError, match="key"):

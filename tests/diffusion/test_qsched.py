@@ -1,7 +1,9 @@
 """Q-Sched: ramp family, JAQ, grid calibration (vmapped == loop), gradient calibration."""
 
 import inspect
+import re
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,20 +95,60 @@ def test_calibrate_grid_equals_loop_and_picks_argmax(key):
     np.testing.assert_allclose(np.asarray(cal2.jaq), np.asarray(cal.jaq), rtol=1e-5, atol=1e-6)
 
 
-def test_calibrate_grid_compiles_once_for_new_values(key):
+def _largest_constant(hlo_text: str) -> int:
+    """Length of the longest ``dense<...>`` literal: weights baked in as constants would show."""
+    return max((len(m) for m in re.findall(r"dense<[^>]*>", hlo_text)), default=0)
+
+
+def test_calibrate_grid_compiles_once_for_new_values(key, monkeypatch):
     from jaxpapers.diffusion import qsched
 
+    chex.clear_trace_counter()
+    monkeypatch.setattr(qsched, "_grid_scores_jit", jax.jit(
+        chex.assert_max_traces(qsched._grid_scores, n=1), static_argnames=("batch_size",)))
     w = _qweights(key)
     prob = _problem(jax.random.key(2))
     dfn.calibrate_grid(w, prob, m_values=jnp.linspace(0.8, 1.2, 3),
                        s_values=jnp.linspace(0.8, 1.2, 3))
-    n = qsched._grid_scores_jit._cache_size()
     dfn.calibrate_grid(w, prob, m_values=jnp.linspace(0.7, 1.3, 3),
                        s_values=jnp.linspace(0.9, 1.1, 3))
     # a new problem with fresh noise / prompts / k (same shapes) also reuses the compilation
     dfn.calibrate_grid(w, _problem(jax.random.key(3)), m_values=jnp.linspace(0.7, 1.3, 3),
                        s_values=jnp.linspace(0.9, 1.1, 3))
-    assert qsched._grid_scores_jit._cache_size() == n
+
+
+def test_calibrate_gradient_compiles_once(key, monkeypatch):
+    """A second identical call, and one with new weights / noise / box, reuse one trace."""
+    from jaxpapers.diffusion import qsched
+
+    chex.clear_trace_counter()
+    monkeypatch.setattr(qsched, "_gradient_loop_jit", jax.jit(
+        chex.assert_max_traces(qsched._gradient_loop, n=1),
+        static_argnames=qsched._GRADIENT_STATIC))
+    opt = optax.adam(0.05)  # static: the same object is the same program
+    kw = dict(optimizer=opt, num_iters=4, per_step=False)
+    w, prob = _qweights(key), _problem(jax.random.key(1))
+    first = dfn.calibrate_gradient(w, prob, box=(0.9, 1.1), **kw)
+    second = dfn.calibrate_gradient(w, prob, box=(0.9, 1.1), **kw)
+    chex.assert_trees_all_equal(first, second)
+    other = dfn.calibrate_gradient(_qweights(jax.random.key(7)), _problem(jax.random.key(2)),
+                                   box=(0.8, 1.2), **kw)
+    assert not np.array_equal(np.asarray(other.history), np.asarray(first.history))
+
+
+def test_calibrate_gradient_weights_are_arguments_not_constants(key):
+    from jaxpapers.diffusion import qsched
+
+    w, prob = _qweights(key), _problem(jax.random.key(1))
+    theta = {"m": jnp.float32(1.0), "s": jnp.float32(1.0)}
+    lowered = qsched._gradient_loop_jit.lower(
+        w, prob, theta, jnp.array([0.9, 1.1], jnp.float32), optimizer=optax.adam(0.05),
+        num_iters=2, fam=qsched._Family(per_step=False, steps=prob.steps))
+    text = lowered.as_text()
+    # the [D, D] kernel and [3, D] embedding would be literals of >= 3 * D * 8 hex characters
+    assert _largest_constant(text) < 3 * D * 8, _largest_constant(text)
+    n_args = len(jax.tree.leaves(lowered.args_info))
+    assert n_args >= len(jax.tree.leaves(w)) + len(jax.tree.leaves(prob))
 
 
 def test_calibration_sees_only_quantized_params(key):

@@ -1,5 +1,8 @@
 """Schedules (closed forms) and the training utilities on a toy two-class problem."""
 
+import re
+
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -122,3 +125,71 @@ def test_bad_training_arguments():
         dfn.train_edm({}, jax.random.key(1), jnp.ones((8, 4)), jnp.zeros(7, int), num_steps=2)
     with pytest.raises(ValueError, match="dim"):
         dfn.init_mlp(jax.random.key(0), dim=0, num_classes=2)
+
+
+def _tiny_data(n=32):
+    labels = jnp.arange(n) % 2
+    return PROTOS[labels] + 0.05 * jax.random.normal(jax.random.key(1), (n, 4)), labels
+
+
+def test_training_compiles_once(monkeypatch):
+    """A second train_edm / distill_consistency call (new weights, data, learning rate) reuses
+    the module-level compilation."""
+    from jaxpapers.diffusion import training
+
+    chex.clear_trace_counter()
+    monkeypatch.setattr(training, "_train_edm_jit", jax.jit(
+        chex.assert_max_traces(training._train_edm_run, n=1),
+        static_argnames=("num_steps", "batch_size", "sigma_data")))
+    monkeypatch.setattr(training, "_distill_jit", jax.jit(
+        chex.assert_max_traces(training._distill_run, n=1),
+        static_argnames=("num_steps", "batch_size", "num_scales", "sigma_min", "ema",
+                         "sigma_data")))
+    data, labels = _tiny_data()
+    p = dfn.init_mlp(jax.random.key(0), dim=4, num_classes=2, hidden=16, depth=1)
+    kw = dict(num_steps=5, batch_size=8)
+    p1, l1 = dfn.train_edm(p, jax.random.key(2), data, labels, **kw)
+    p2, l2 = dfn.train_edm(p, jax.random.key(2), data, labels, **kw)
+    chex.assert_trees_all_equal((p1, l1), (p2, l2))
+    dfn.train_edm(p1, jax.random.key(3), data + 0.1, labels, learning_rate=1e-3, **kw)
+    s1, d1 = dfn.distill_consistency(p1, jax.random.key(4), data, labels, num_scales=6, **kw)
+    s2, d2 = dfn.distill_consistency(p1, jax.random.key(4), data, labels, num_scales=6, **kw)
+    chex.assert_trees_all_equal((s1, d1), (s2, d2))
+    dfn.distill_consistency(p2, jax.random.key(5), data, labels, num_scales=6, sigma_max=5.0,
+                            learning_rate=1e-3, **kw)
+
+
+def test_training_weights_and_data_are_not_constants():
+    """The lowered program does not grow with the weight count (weights are parameters)."""
+    from jaxpapers.diffusion import training
+
+    data, labels = _tiny_data()
+    sizes, largest = [], []
+    for hidden in (16, 256):
+        p = dfn.init_mlp(jax.random.key(0), dim=4, num_classes=2, hidden=hidden, depth=2)
+        text = training._train_edm_jit.lower(
+            p, jax.random.key(2), data, jnp.asarray(labels, jnp.int32), jnp.asarray(1e-3),
+            num_steps=3, batch_size=8, sigma_data=0.5).as_text()
+        sizes.append(len(text))
+        largest.append(max(len(m) for m in re.findall(r"dense<[^>]*>", text)))
+        # teacher weights in distillation too
+        sig = dfn.karras_sigmas(6, 0.002, 10.0)[:-1]
+        text = training._distill_jit.lower(
+            p, jax.random.key(2), data, jnp.asarray(labels, jnp.int32), sig, jnp.asarray(1e-3),
+            num_steps=3, batch_size=8, num_scales=6, sigma_min=0.002, ema=0.95,
+            sigma_data=0.5).as_text()
+        largest.append(max(len(m) for m in re.findall(r"dense<[^>]*>", text)))
+    # 256 x 256 float32 weights baked in would add ~500 kB of hex; the data [32, 4] ~1 kB
+    assert sizes[1] - sizes[0] < 5_000, sizes
+    assert max(largest) < 32 * 4 * 8, largest
+
+
+def test_bad_training_integers():
+    data, labels = _tiny_data()
+    p = dfn.init_mlp(jax.random.key(0), dim=4, num_classes=2, hidden=8, depth=1)
+    with pytest.raises(TypeError, match="num_steps"):
+        dfn.train_edm(p, jax.random.key(1), data, labels, num_steps=True)
+    with pytest.raises(ValueError, match="batch_size"):
+        dfn.train_edm(p, jax.random.key(1), data, labels, num_steps=2, batch_size=0)
+    with pytest.raises(ValueError, match="num_scales"):
+        dfn.distill_consistency(p, jax.random.key(1), data, labels, num_steps=2, num_scales=1)

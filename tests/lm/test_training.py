@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -43,7 +44,7 @@ def test_load_or_train_round_trip(trained, monkeypatch):
 
     monkeypatch.setattr(training, "_train", fail)
     again = lm.load_or_train(cfg, tcfg, cache_dir=root, key=jax.random.key(0))
-    jax.tree.map(np.testing.assert_array_equal, again, params)
+    chex.assert_trees_all_equal(again, params)
     assert jax.tree.structure(again) == jax.tree.structure(lm.init(cfg, jax.random.key(0)))
     assert not list(root.glob(".*tmp-*"))  # the temporary folder was renamed away
 
@@ -75,7 +76,25 @@ def test_corrupt_cache_is_retrained(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="unreadable"):
         second = lm.load_or_train(cfg, tcfg, cache_dir=tmp_path, key=jax.random.key(3))
     assert len(calls) == 2 and list(tmp_path.glob("*.corrupt-*"))
-    jax.tree.map(np.testing.assert_array_equal, first, second)
+    chex.assert_trees_all_equal(first, second)
+
+
+def test_second_train_call_reuses_the_compilation(monkeypatch):
+    """Same settings: the same static step and batch functions, the corpus and key traced; so a
+    second call (or another key) does not retrace the core loop, and the result is identical."""
+    from jaxpapers.core import train as core_train
+
+    cfg = lm.LMConfig(d_model=16, n_layers=1, n_q_heads=2, n_kv_heads=1, head_dim=8, d_ff=32,
+                      max_len=32)
+    tc = lm.TrainConfig(seq_len=16, batch_size=2, num_steps=4, warmup_steps=1, max_files=5,
+                        chunk_size=4)
+    chex.clear_trace_counter()
+    monkeypatch.setattr(core_train, "run_chunk", jax.jit(
+        chex.assert_max_traces(core_train._chunk, n=1), static_argnums=(0, 1, 3)))
+    first = lm.train(cfg, tc, jax.random.key(0), progress=False)
+    chex.assert_trees_all_equal(first, lm.train(cfg, tc, jax.random.key(0), progress=False))
+    other = lm.train(cfg, tc, jax.random.key(1), progress=False)
+    assert not np.array_equal(np.asarray(other["embed"]), np.asarray(first["embed"]))
 
 
 def test_bad_configs():

@@ -52,5 +52,5 @@ def test_bad_input(key):
     params = net.init(key, jnp.zeros(2))
     with pytest.raises(ValueError, match="x must be one point"):
         pinn.block_jacobian_singular_values(net, params, jnp.zeros((2, 2)))
-    with pytest.raises(ValueError, match="x contains NaN"):
+    with pytest.raises(ValueError, match="x holds NaN"):
         pinn.input_derivative_norms(net, params, jnp.array([[jnp.nan, 0.0]]))

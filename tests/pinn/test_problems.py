@@ -65,7 +65,7 @@ def test_bad_input(key):
     prob = pinn.make_problem("poisson", eval_n=4)
     batch = prob.sample(key, 8)
     batch["interior"] = batch["interior"].at[0, 0].set(jnp.nan)
-    with pytest.raises(ValueError, match=r"batch\['interior'\] contains NaN"):
+    with pytest.raises(ValueError, match=r"batch\['interior'\] holds NaN"):
         prob.residuals(prob.exact, batch)
     with pytest.raises(ValueError, match="batch must contain"):
         prob.residuals(prob.exact, {"interior": prob.sample(key, 8)["interior"]})

@@ -1,5 +1,6 @@
 """Training: loss weights (closed forms), convergence, no recompilation, sharded == unsharded."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 
 from jaxpapers import pinn
 from jaxpapers.core import sharding
-from jaxpapers.core.train import run_chunk
+from jaxpapers.core import train as core_train
 
 
 def test_weight_formulas(x64):
@@ -23,7 +24,14 @@ def test_weight_formulas(x64):
     np.testing.assert_allclose(c, np.exp(-0.5 * np.array([0.0, 1.0, 3.0])), rtol=1e-12)
 
 
-def test_training_reduces_error_and_compiles_once(key):
+def _traced_once(monkeypatch):
+    """Make the core loop's ``run_chunk`` fail on a second trace."""
+    chex.clear_trace_counter()
+    monkeypatch.setattr(core_train, "run_chunk", jax.jit(
+        chex.assert_max_traces(core_train._chunk, n=1), static_argnums=(0, 1, 3)))
+
+
+def test_training_reduces_error_and_compiles_once(key, monkeypatch):
     prob = pinn.make_problem("gradient_fit", omega=1.0, eval_n=30)
     net = pinn.make_network("coupled", depth=4, width=16)
     opt = optax.adam(3e-3)
@@ -32,10 +40,9 @@ def test_training_reduces_error_and_compiles_once(key):
     step = pinn.make_pinn_step(net, prob, opt, weighting="grad_norm", update_every=50)
     batch_fn = lambda t: prob.sample(jax.random.fold_in(k_data, t), 64)
     err0 = float(pinn.relative_l2(net, state.params["net"], prob))
-    before = run_chunk._cache_size()
-    for _ in range(4):
-        state, metrics = run_chunk(step, batch_fn, state, 100)
-    assert run_chunk._cache_size() == before + 1  # one compilation for all four chunks
+    _traced_once(monkeypatch)
+    for _ in range(4):  # one compilation for all four chunks
+        state, metrics = core_train.run_chunk(step, batch_fn, state, 100)
     err = float(pinn.relative_l2(net, state.params["net"], prob))
     # 400 Adam steps on a smooth target: the error must fall well below the initial ~1
     assert err < 0.3 * err0, (err0, err)
@@ -60,8 +67,7 @@ def test_sharded_equals_unsharded(x64, key, num_devices):
         s1, m1 = plain(s1, batch)
         s2, m2 = sharded(s2, sharding.shard_batch(batch, mesh))
     np.testing.assert_allclose(m1["loss"], m2["loss"], rtol=1e-12)
-    for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
-        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    chex.assert_trees_all_close(s1.params, s2.params, rtol=1e-10, atol=1e-12)
     assert float(m1["loss"]) != float(m1["loss_res"])  # both terms present
 
 
@@ -73,6 +79,23 @@ def test_causal_training_step(key):
                              causal_tol=1.0, num_chunks=4, weighting="ntk", progress=False)
     assert np.all(np.isfinite(hist["loss"]))
     assert np.all((hist["causal_min_weight"] > 0) & (hist["causal_min_weight"] <= 1))
+
+
+def test_second_train_call_does_not_recompile(key, monkeypatch):
+    """Equal step settings compare equal and the data key is traced: a second ``train`` call
+    (another key, fresh step and batch objects) reuses the compiled chunk, bit for bit."""
+    prob = pinn.make_problem("poisson", eval_n=4)
+    net = pinn.make_network("mlp", depth=1, width=8)
+    opt = optax.adam(1e-3)  # static: the same object
+    kw = dict(num_steps=6, chunk_size=3, batch_size=16, optimizer=opt, progress=False)
+    assert pinn.make_pinn_step(net, prob, opt) == pinn.make_pinn_step(net, prob, opt)
+    _traced_once(monkeypatch)
+    s1, h1 = pinn.train(prob, net, key, **kw)
+    s2, h2 = pinn.train(prob, pinn.make_network("mlp", depth=1, width=8), key, **kw)
+    chex.assert_trees_all_equal((s1, h1), (s2, h2))
+    s3, _ = pinn.train(prob, net, jax.random.key(7), **kw)
+    assert not np.array_equal(np.asarray(s3.params["net"]["params"]["lift"]["kernel"]),
+                              np.asarray(s1.params["net"]["params"]["lift"]["kernel"]))
 
 
 def test_bad_input(key):

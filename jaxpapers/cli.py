@@ -1,8 +1,9 @@
-"""The ``jaxpapers`` command: list papers, reproduce experiments, benchmark kernels.
+"""The ``jaxpapers`` command: list papers, reproduce experiments, benchmark kernels, launch.
 
 Exit codes: 0 success; 1 a reproduction or benchmark failed while running; 2 bad arguments
 (unknown id, bad scale, unwritable output folder, paper not implemented), always with a one-line
-message and no traceback.
+message and no traceback. ``launch`` exits 1 when a process fails and 124 when the processes
+run past ``--timeout``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _build_parser() -> argparse.ArgumentParser:
                "--out results\n  jaxpapers reproduce all --scale small\n  jaxpapers bench "
                "quantized_matmul",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="{list,reproduce,bench}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{list,reproduce,bench,launch}",
+                           parser_class=_Parser)
     lp = sub.add_parser("list", help="list every paper, its module, experiment and status")
     fmt = lp.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the registry as JSON")
@@ -59,6 +61,22 @@ def _build_parser() -> argparse.ArgumentParser:
     bp = sub.add_parser("bench", help="time a Pallas kernel against its jnp reference")
     bp.add_argument("kernel", help="kernel name (see 'jaxpapers bench --list')", nargs="?")
     bp.add_argument("--list", action="store_true", help="list the kernels that can be benchmarked")
+    la = sub.add_parser(
+        "launch", help="run N local processes of a command on JAX's distributed runtime",
+        description="Start N processes of COMMAND on this machine with JAXPAPERS_COORDINATOR, "
+                    "JAXPAPERS_NUM_PROCESSES and JAXPAPERS_PROCESS_ID set (read by "
+                    "jaxpapers.core.distributed.initialize), prefix each output line with the "
+                    "process id, and stop all of them when one fails or --timeout passes. On a "
+                    "cluster, start one process per host with the scheduler instead.",
+        epilog="Example: jaxpapers launch -n 2 -- python -m jaxpapers.lm.training --steps 200")
+    la.add_argument("-n", "--num-processes", dest="num_processes", required=True, metavar="N",
+                    help="number of processes (>= 1)")
+    la.add_argument("--port", default=None, metavar="P",
+                    help="coordinator port on 127.0.0.1 (default: a free one)")
+    la.add_argument("--timeout", default=None, metavar="S",
+                    help="stop every process and exit 124 after S seconds (default: no limit)")
+    la.add_argument("program", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                    help="the program to run in every process, after '--'")
     return p
 
 
@@ -190,6 +208,162 @@ def _cmd_bench(args) -> int:
     return int(pallas_kernels.run_benchmark(args.kernel) or 0)
 
 
+def _positive(text: str, flag: str, kind=int, *, maximum=None):
+    """``kind(text)`` if it is > 0 (and <= maximum), else a one-line usage error naming ``flag``."""
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not value > 0 or (maximum and value > maximum):  # NaN fails "> 0"
+        bound = f" in 1..{maximum}" if maximum else " > 0"
+        raise _UsageError(f"{flag} must be a{'n integer' if kind is int else ' number'}{bound}, "
+                          f"got {text!r}")
+    return value
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _check_port_free(host: str, port: int) -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise _UsageError(f"--port {port} is in use on {host} ({e.strerror or e}); pick "
+                              "another or leave --port out for a free one") from None
+
+
+def _stop(procs, grace_s: float = 3.0) -> None:
+    """SIGTERM each process group still running, then SIGKILL after ``grace_s`` seconds.
+
+    (jax's runtime may catch SIGTERM as a preemption notice, so SIGKILL is the sure stop.)
+    """
+    import signal
+
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace_s
+    for p in alive:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
+            pass
+    for p in alive:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+
+
+def _cmd_launch(args) -> int:
+    import subprocess
+    import threading
+
+    from jaxpapers.core.distributed import COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV
+
+    n = _positive(args.num_processes, "-n")
+    timeout = None if args.timeout is None else _positive(args.timeout, "--timeout", float)
+    command = list(args.program)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise _UsageError("no command to launch: put it after '--', e.g. "
+                          "jaxpapers launch -n 2 -- python train.py")
+    have = os.environ.get(NUM_PROCESSES_ENV)
+    if have is not None and have.strip() != str(n):  # e.g. a launch inside a launched process
+        raise _UsageError(f"{NUM_PROCESSES_ENV}={have!r} in the environment does not match "
+                          f"-n {n}; unset it (launch sets it for each process)")
+    host = "127.0.0.1"
+    if args.port is None:
+        port = _free_port(host)
+    else:
+        port = _positive(args.port, "--port", maximum=65535)
+        _check_port_free(host, port)
+    lock = threading.Lock()
+
+    def pump(stream, out, rank):
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with lock:
+                out.write(f"[{rank}] {line}\n")
+                out.flush()
+        stream.close()
+
+    procs, threads = [], []
+    started = time.monotonic()
+    try:
+        for rank in range(n):
+            env = {**os.environ, COORDINATOR_ENV: f"{host}:{port}", NUM_PROCESSES_ENV: str(n),
+                   PROCESS_ID_ENV: str(rank), "PYTHONUNBUFFERED": "1"}
+            try:
+                p = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True)  # own group: stop its children too
+            except OSError as e:
+                _stop(procs)
+                raise _UsageError(f"cannot start {command[0]!r}: {e.strerror or e}") from None
+            procs.append(p)
+            for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
+                t = threading.Thread(target=pump, args=(stream, out, rank), daemon=True)
+                t.start()
+                threads.append(t)
+        exits: list[tuple[int, int]] = []  # (rank, exit code) in the order the processes end
+
+        def watch(p, rank):
+            rc = p.wait()
+            with lock:
+                exits.append((rank, rc))
+
+        for rank, p in enumerate(procs):
+            threading.Thread(target=watch, args=(p, rank), daemon=True).start()
+        failed, code = None, 0
+        while True:
+            with lock:
+                bad = [(r, c) for r, c in exits if c != 0]
+                done = len(exits) == n
+            if bad:
+                # peers that fail with it (a collective broken by its exit) end within moments;
+                # wait briefly so that the message names them all, in the order they ended
+                time.sleep(0.3)
+                with lock:
+                    failed, code = [(r, c) for r, c in exits if c != 0], 1
+                break
+            if done:
+                break
+            if timeout is not None and time.monotonic() - started > timeout:
+                code = 124
+                break
+            time.sleep(0.05)
+        running = sum(p.poll() is None for p in procs)
+        _stop(procs)
+    except KeyboardInterrupt:
+        _stop(procs)
+        raise
+    for t in threads:
+        t.join(timeout=5)
+    if failed is not None:
+        what = ", ".join(f"process {rank} " + (f"was killed by signal {-rc}" if rc < 0 else
+                                               f"exited with code {rc}") for rank, rc in failed)
+        print(f"jaxpapers: launch: {what}; stopped {running} other process(es)", file=sys.stderr)
+    elif code == 124:
+        print(f"jaxpapers: launch: timed out after {timeout:g} s; stopped {running} "
+              "process(es)", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jaxpapers`` console script; returns the exit code."""
     parser = _build_parser()
@@ -198,8 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
-        return {"list": _cmd_list, "reproduce": _cmd_reproduce, "bench": _cmd_bench}[
-            args.command](args)
+        return {"list": _cmd_list, "reproduce": _cmd_reproduce, "bench": _cmd_bench,
+                "launch": _cmd_launch}[args.command](args)
     except _UsageError as e:
         print(f"jaxpapers: error: {e}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ Wall-clock numbers go in ``timings``, not ``metrics``: they change from run to r
 :func:`write_report` validates it (``ValueError`` naming the offending field), then writes the three
 files atomically (temporary file + ``os.replace``), so a crash never leaves a half-written report.
 :func:`read_metrics` reads ``metrics.json`` back and validates it again (round trip).
+In a multi-process run only the primary process writes (every process validates).
 """
 
 from __future__ import annotations
@@ -375,11 +376,20 @@ def write_report(out_dir: str | os.PathLike, *, paper_id: str, scale: str, seed:
 
     Returns:
       ``{"report": path, "metrics": path, "config": path}``.
+
+    In a multi-process run (:mod:`jaxpapers.core.distributed`) every process validates the
+    result, but only the primary process writes the files; the others return the same paths.
     """
     res = validate_result(result)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed must be an int, got {seed!r}")
     out = pathlib.Path(out_dir)
+    paths = {"report": out / "report.md", "metrics": out / "metrics.json",
+             "config": out / "config.json"}
+    from jaxpapers.core.distributed import is_primary
+
+    if not is_primary():
+        return paths
     out.mkdir(parents=True, exist_ok=True)
     facts = facts or {}
     metrics_doc = {"paper": paper_id, "scale": scale, "seed": seed,
@@ -421,8 +431,6 @@ def write_report(out_dir: str | os.PathLike, *, paper_id: str, scale: str, seed:
         md += [f"![{pathlib.Path(p).stem}]({pathlib.Path(p).name})" for p in plots]
         md.append("")
     md += ["## Config", "", "```json", json.dumps(config_doc["config"], indent=2), "```", ""]
-    paths = {"report": out / "report.md", "metrics": out / "metrics.json",
-             "config": out / "config.json"}
     atomic_write_text(paths["metrics"], json.dumps(metrics_doc, indent=2, allow_nan=False) + "\n")
     atomic_write_text(paths["config"], json.dumps(config_doc, indent=2, allow_nan=False) + "\n")
     atomic_write_text(paths["report"], "\n".join(md))

@@ -94,24 +94,39 @@ def reproduce(pid: str, *, scale: str = "small", out_dir: str | pathlib.Path = "
 
     Writes ``out_dir/<pid>/{report.md, metrics.json, config.json, *.png}``.
 
+    Several processes (started by ``jaxpapers launch`` or a cluster scheduler): the first call
+    joins them (:func:`jaxpapers.core.distributed.initialize`, a no-op in a single process);
+    every process runs the experiment, only the primary plots and writes the files (the other
+    processes' ``Outcome.files`` is empty).
+
     Raises:
       UnknownPaperError: unknown id. NotReproducibleError: not implemented.
       ValueError: bad scale, or the experiment returned a malformed result or no plot.
     """
+    from jaxpapers.core import distributed
+
+    distributed.initialize()  # before anything touches a device
     import jax
 
+    primary = distributed.is_primary()
     paper = registry.with_facts(registry.get(pid))
     cfg_mod, run_mod = load_experiment(pid)
     if scale not in scales_of(cfg_mod):
         raise ValueError(f"scale must be one of {scales_of(cfg_mod)} for {pid}, got {scale!r}")
     config = getattr(cfg_mod, scale)()
     dest = pathlib.Path(out_dir) / pid
-    dest.mkdir(parents=True, exist_ok=True)
+    if primary:
+        dest.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     result = run_mod.run(config, jax.random.key(seed))
     wall = time.perf_counter() - t0
     norm = report.validate_result(result)  # fail before plotting if malformed
     check_claims_quote_paper(pid, norm["claims"])
+    if not primary:  # the primary process plots and writes; the others are done
+        report.write_report(dest, paper_id=pid, scale=scale, seed=seed, result=result,
+                            config=config, wall_time_s=wall, title=paper.title,
+                            facts=registry.paper_facts(pid))  # validates, writes nothing
+        return Outcome(pid, scale, seed, wall, dest, tuple(norm["claims"]), ())
     plots = [pathlib.Path(p) for p in run_mod.plot(result, dest)]
     if not plots or not all(p.suffix == ".png" and p.is_file() for p in plots):
         raise ValueError(f"experiment {pid!r}: plot() must write at least one PNG, got {plots}")

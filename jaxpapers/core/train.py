@@ -6,6 +6,15 @@ bit for bit like a run that never stopped (on the same platform). Checkpoints ar
 which commits through a temporary folder and a rename, so a crash mid-write leaves the previous
 checkpoint intact.
 
+Several processes (:mod:`jaxpapers.core.distributed`): every process calls :func:`fit` with the
+same arguments, its state placed on a mesh over all processes (``sharding.replicate``) and its
+data global (``sharding.shard_batch``); every process steps, only the primary shows progress, and
+checkpoints are written by all processes together (orbax's multi-host path: each process writes
+its shards, the primary the metadata). A checkpoint restores into the sharding of the state given
+to :func:`fit`, so a run may resume with another number of processes (same global batch). A state
+left on each process's own device (no ``replicate``) trains one independent copy per process;
+it is refused with checkpoints.
+
 >>> import jax, jax.numpy as jnp, optax
 >>> loss = lambda p, batch, key: jnp.mean((batch["x"] * p["w"] - batch["y"]) ** 2)
 >>> opt = optax.sgd(0.1)
@@ -119,6 +128,42 @@ e.g. frozen dataclasses), or every call recompiles. ``data`` is a traced pytree 
 instead of being baked into the compiled program as constants."""
 
 
+def _to_host(tree: Any) -> Any:
+    """Numpy copies of a pytree of (possibly multi-process) arrays; every process gets all of it.
+
+    A replicated global array is read from a local copy; one sharded over several processes is
+    gathered (a collective: every process calls this in the same order).
+    """
+    def get(x):
+        if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
+            return np.asarray(x)
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    return jax.tree.map(get, tree)
+
+
+def _check_spans_processes(state: Any) -> None:
+    """With several processes and checkpoints, every state leaf must be on every process.
+
+    orbax writes a checkpoint collectively from global arrays, and restores into the shardings
+    of the given state: a process-local state would come back process-local.
+    """
+    count = jax.process_count()
+    if count == 1:
+        return
+    for path, x in jax.tree_util.tree_leaves_with_path(state):
+        procs = ({d.process_index for d in x.sharding.device_set}
+                 if isinstance(x, jax.Array) else set())
+        if len(procs) != count:
+            raise ValueError(
+                f"state leaf {jax.tree_util.keystr(path)} is on the devices of processes "
+                f"{sorted(procs)}, but this run has {count} processes and checkpoints: place "
+                "the state on a mesh over all of them first "
+                "(sharding.replicate(state, data_parallel_mesh()))")
+
+
 def latest_checkpoint_step(directory: str | os.PathLike) -> int | None:
     """The newest committed checkpoint step in ``directory``, or None."""
     import orbax.checkpoint as ocp
@@ -138,11 +183,19 @@ def _spec(tree: Any) -> list[list[str]]:
 
 def save_checkpoint(directory: str | os.PathLike, state: TrainState,
                     history: dict[str, list[float]], *, max_to_keep: int = 2) -> int:
-    """Write ``state`` and the metric history as checkpoint ``int(state.step)`` (atomic)."""
+    """Write ``state`` and the metric history as checkpoint ``int(state.step)`` (atomic).
+
+    Unfinished folders left by a crashed write are removed first. With several processes every
+    process calls it (orbax writes collectively: each process its shards, the primary the
+    metadata and the history, then one commit).
+    """
     import orbax.checkpoint as ocp
 
     step = int(state.step)
-    opts = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    # cleanup_tmp_directories: the unfinished folder of a write that crashed (orbax names it
+    # "<step>.orbax-checkpoint-tmp-*") is removed by the next save
+    opts = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
+                                        cleanup_tmp_directories=True)
     with ocp.CheckpointManager(pathlib.Path(directory).resolve(), options=opts) as mngr:
         mngr.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state),
@@ -156,6 +209,9 @@ def save_checkpoint(directory: str | os.PathLike, state: TrainState,
 def restore_checkpoint(directory: str | os.PathLike, like: TrainState,
                        step: int | None = None) -> tuple[TrainState, dict[str, list[float]]]:
     """Restore checkpoint ``step`` (default: latest) into the structure of ``like``.
+
+    Arrays come back with the shardings of ``like``'s leaves, whatever the number of processes
+    or devices that wrote the checkpoint.
 
     Raises:
       FileNotFoundError: no checkpoint. ValueError: it does not match ``like``'s structure.
@@ -207,7 +263,13 @@ def fit(step_fn: StepFn, state: TrainState, batch_fn: Callable[..., Any], *,
         reuses the compilation.
 
     Returns:
-      ``(state, history)`` where ``history[name]`` is a float array [num_steps] of each metric.
+      ``(state, history)`` where ``history[name]`` is a float array [num_steps] of each metric
+      (the same on every process).
+
+    Raises:
+      ValueError: a bad argument; or, with several processes and ``checkpoint_dir``, a
+        ``state`` leaf that is not on a mesh over all of them (use
+        :func:`jaxpapers.core.sharding.replicate`).
     """
     num_steps = checks.check_int("num_steps", num_steps, minimum=0)
     chunk_size = checks.check_int("chunk_size", chunk_size, minimum=1)
@@ -216,6 +278,7 @@ def fit(step_fn: StepFn, state: TrainState, batch_fn: Callable[..., Any], *,
             raise ValueError("checkpoint_every must be a positive int when checkpoint_dir is set, "
                              "got None")
         checkpoint_every = checks.check_int("checkpoint_every", checkpoint_every, minimum=1)
+        _check_spans_processes(state)
     history: dict[str, list[float]] = {}
     if checkpoint_dir is not None and latest_checkpoint_step(checkpoint_dir) is not None:
         state, history = restore_checkpoint(checkpoint_dir, state)
@@ -224,8 +287,9 @@ def fit(step_fn: StepFn, state: TrainState, batch_fn: Callable[..., Any], *,
         raise ValueError(f"state is at step {start}, beyond num_steps={num_steps}")
     from tqdm.auto import tqdm
 
+    show = progress and jax.process_index() == 0  # only the primary process shows progress
     bar = tqdm(total=num_steps, initial=start, desc=desc, unit="step",
-               disable=None if progress else True)
+               disable=None if show else True)
     step = start
     while step < num_steps:
         n = min(chunk_size, num_steps - step)
@@ -233,7 +297,7 @@ def fit(step_fn: StepFn, state: TrainState, batch_fn: Callable[..., Any], *,
             n = min(n, checkpoint_every - step % checkpoint_every)
         extra = () if data is None else (data,)  # the same call signature as run_chunk(...)
         state, metrics = run_chunk(step_fn, batch_fn, state, n, *extra)
-        for k, v in jax.device_get(metrics).items():
+        for k, v in _to_host(metrics).items():
             history.setdefault(k, []).extend(np.asarray(v, np.float64).reshape(n).tolist())
         step += n
         bar.update(n)

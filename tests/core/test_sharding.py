@@ -52,3 +52,25 @@ def test_shard_batch_rejects_indivisible(key, num_devices):
 def test_mesh_rejects_bad_device_count():
     with pytest.raises(ValueError, match="num_devices"):
         sharding.data_parallel_mesh(len(jax.devices()) + 1)
+
+
+def test_one_process_mesh_and_batch_are_as_before(key, num_devices):
+    """With one process: the mesh is the first devices in jax's order, shard_batch is a
+    device_put split over them (the global batch is the process's batch)."""
+    mesh = sharding.data_parallel_mesh(2)
+    assert list(mesh.devices.flat) == jax.devices()[:2]
+    _, batch, _ = _setup(key, batch_size=8)
+    xb = sharding.shard_batch(batch, mesh)
+    np.testing.assert_array_equal(np.asarray(xb["x"]), np.asarray(batch["x"]))
+    assert [s.data.shape for s in xb["x"].addressable_shards] == [(4, 6), (4, 6)]
+    with pytest.raises(ValueError, match="axis_name must be one of the mesh axes"):
+        sharding.shard_batch(batch, mesh, axis_name="model")
+
+
+def test_replicate_keeps_values_and_key_arrays(key, num_devices):
+    mesh = sharding.data_parallel_mesh()
+    tree = {"w": jnp.arange(3.0), "k": jax.random.split(key, 2)}
+    rep = sharding.replicate(tree, mesh)
+    assert rep["w"].sharding.is_fully_replicated and len(rep["w"].sharding.device_set) == num_devices
+    np.testing.assert_array_equal(np.asarray(rep["w"]), np.arange(3.0))
+    np.testing.assert_array_equal(jax.random.key_data(rep["k"]), jax.random.key_data(tree["k"]))

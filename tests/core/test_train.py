@@ -137,3 +137,41 @@ def test_bad_arguments(key):
         train.fit(step_fn, state, batch_fn, num_steps=4, checkpoint_dir="/tmp/x")
     with pytest.raises(TypeError, match="key"):
         train.init_train_state(params, opt, jnp.zeros(2, jnp.uint32))
+
+
+def test_save_removes_unfinished_checkpoint_folders(tmp_path, key):
+    """A write that crashed leaves orbax's "<step>.orbax-checkpoint-tmp-*" folder; the next save
+    removes it, and resuming ignores it."""
+    params, batch_fn, loss_fn, _ = _problem()
+    opt = optax.sgd(0.1)
+    step_fn = train.make_train_step(loss_fn, opt)
+    state = train.init_train_state(params, opt, key)
+    train.fit(step_fn, state, batch_fn, num_steps=4, chunk_size=4, checkpoint_dir=tmp_path,
+              checkpoint_every=4, progress=False)
+    partial = tmp_path / "8.orbax-checkpoint-tmp-1234567890"
+    (partial / "state").mkdir(parents=True)
+    assert train.latest_checkpoint_step(tmp_path) == 4  # the partial write is not a checkpoint
+    resumed, hist = train.fit(step_fn, state, batch_fn, num_steps=8, chunk_size=4,
+                              checkpoint_dir=tmp_path, checkpoint_every=4, progress=False)
+    assert int(resumed.step) == 8 and hist["loss"].shape == (8,)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["4", "8"]
+
+
+def test_fit_on_a_mesh_resumes_with_the_mesh_sharding(tmp_path, key, num_devices):
+    """State replicated on a 2-device mesh: a checkpoint restores onto the mesh (the path a run
+    with another process count takes) and continues bit for bit."""
+    from jaxpapers.core import sharding
+
+    params, batch_fn, loss_fn, _ = _problem()
+    opt = optax.adam(0.05)
+    step_fn = train.make_train_step(loss_fn, opt)
+    mesh = sharding.data_parallel_mesh(2)
+    state = sharding.replicate(train.init_train_state(params, opt, key), mesh)
+    straight, _ = train.fit(step_fn, state, batch_fn, num_steps=8, chunk_size=4,
+                            checkpoint_dir=tmp_path / "a", checkpoint_every=4, progress=False)
+    train.fit(step_fn, state, batch_fn, num_steps=4, chunk_size=4, checkpoint_dir=tmp_path / "b",
+              checkpoint_every=4, progress=False)
+    resumed, _ = train.fit(step_fn, state, batch_fn, num_steps=8, chunk_size=4,
+                           checkpoint_dir=tmp_path / "b", checkpoint_every=4, progress=False)
+    chex.assert_trees_all_equal(straight, resumed)
+    assert resumed.params["w"].sharding == state.params["w"].sharding

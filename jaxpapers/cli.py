@@ -68,7 +68,7 @@ def _build_parser() -> argparse.ArgumentParser:
                     "jaxpapers.core.distributed.initialize), prefix each output line with the "
                     "process id, and stop all of them when one fails or --timeout passes. On a "
                     "cluster, start one process per host with the scheduler instead.",
-        epilog="Example: jaxpapers launch -n 2 -- python -m jaxpapers.lm.training --steps 200")
+        epilog="Example: jaxpapers launch -n 2 -- python -m jaxpapers.lm --steps 200")
     la.add_argument("-n", "--num-processes", dest="num_processes", required=True, metavar="N",
                     help="number of processes (>= 1)")
     la.add_argument("--port", default=None, metavar="P",

@@ -87,4 +87,4 @@ def tiny() -> Config:
     """Seconds: every stage of the pipeline on a tiny model (numbers meaningless)."""
     return Config(train_steps=60, distill_steps=30, batch_size=64, hidden=32, depth=2,
                   steps=(4,), precisions=("fp", "w4"), grid_size=3, calib_per_class=1,
-                  n_eval=64, seeds=2, spearman_samples=16, grad_iters=2, fid_iters=20)
+                  n_eval=64, seeds=2, spearman_samples=16, ablations=False, fid_iters=20)

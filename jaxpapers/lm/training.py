@@ -413,8 +413,8 @@ class _ShardedWindows:
 def main(argv: list[str] | None = None) -> int:
     """Train a preset from the command line, data-parallel over every process and device.
 
-    ``python -m jaxpapers.lm.training --steps 200`` trains on one process;
-    ``jaxpapers launch -n 2 -- python -m jaxpapers.lm.training --steps 200`` on two (on a
+    ``python -m jaxpapers.lm --steps 200`` trains on one process;
+    ``jaxpapers launch -n 2 -- python -m jaxpapers.lm --steps 200`` on two (on a
     cluster: one process per host started by the scheduler). Only the primary process prints.
     Prints the training bits/byte along the way, the held-out bits/byte and the wall time.
     """
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     p = argparse.ArgumentParser(
-        prog="python -m jaxpapers.lm.training",
+        prog="python -m jaxpapers.lm",
         description="Train the byte-level LM on the stdlib source (data-parallel over all "
                     "processes and devices; run it under 'jaxpapers launch -n N --' or one "
                     "process per host for several processes).")

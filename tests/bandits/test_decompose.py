@@ -14,6 +14,7 @@ def _warm_and_det(state):
     return state.warm, state.num_det
 
 
+@pytest.mark.slow  # ~20-40 s; tests/golden and test_refit_path cover the runner
 def test_trace_fn_records_per_round_state():
     envs = jax.vmap(lambda k: make_slate_env(k, num_slots=2, num_items=3, dim=2, theta_norm=2.0))(
         jax.random.split(jax.random.key(0), 3))

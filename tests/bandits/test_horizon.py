@@ -7,6 +7,7 @@ import pytest
 from experiments.slate_glm import horizon
 
 
+@pytest.mark.slow  # ~25-55 s: a script test (the experiment's pipeline runs in the tiny runs)
 def test_rows_and_ratios():
     rows = horizon.horizon_table(80, 2, ("slate_glm_ofu", "random"))
     assert [(r["setting"][:2], r["algo"]) for r in rows] == [

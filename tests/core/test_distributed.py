@@ -323,7 +323,7 @@ def test_initialize_bad_settings_name_the_variable(clean_env, env, kwargs, match
 def test_lm_trainer_on_two_processes_matches_one(tmp_path):
     """The documented command (fewer steps): the byte LM on 2 processes x 1 device trains like
     1 process x 2 devices (the windows are drawn in the compiled step: same global batch)."""
-    lm = ["-m", "jaxpapers.lm.training", "--steps", "6", "--batch-size", "8"]
+    lm = ["-m", "jaxpapers.lm", "--steps", "6", "--batch-size", "8"]
     two = _Run(LAUNCH + ["-n", "2", "--timeout", "300", "--", sys.executable] + lm
                + ["--metrics-json", str(tmp_path / "two.json")], timeout=320)
     env = _env()

@@ -23,9 +23,15 @@ from jaxpapers.core import registry, report
 
 IMPLEMENTED = [p.id for p in registry.PAPERS if p.status is registry.Status.IMPLEMENTED]
 ONE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false"
-# papers whose tiny metrics legitimately depend on the thread count, with the reason (their
-# README says so too); none at present
-THREAD_DEPENDENT: dict[str, str] = {}
+# Metrics that legitimately depend on XLA's threading, with the reason (the paper's README says
+# so too): paper -> (metric-name prefixes, relative tolerance, reason). Everything else, and
+# every verdict, must be identical.
+THREAD_DEPENDENT: dict[str, tuple[tuple[str, ...], float, str]] = {
+    "binarypc": (("mass/",), 1e-6,
+                 "captured softmax mass sums float32 probabilities from dot products that XLA's "
+                 "multi-threaded Eigen contracts in another order than the single-threaded one "
+                 "(measured: 7th significant digit; recall, output error, bits/byte identical)"),
+}
 
 
 def _reproduce_all(out: pathlib.Path, *, one_thread: bool) -> subprocess.CompletedProcess:
@@ -99,12 +105,20 @@ def test_tiny_metrics_do_not_depend_on_threads_or_process(tiny_runs):
     _check_ok("one thread", b)
     moved = []
     for pid in IMPLEMENTED:
-        if pid in THREAD_DEPENDENT:
-            continue
+        prefixes, rtol, _ = THREAD_DEPENDENT.get(pid, ((), 0.0, ""))
         ma, ca = _comparable(json.loads((a_out / pid / "metrics.json").read_text()))
         mb, cb = _comparable(json.loads((b_out / pid / "metrics.json").read_text()))
         assert ma.keys() == mb.keys(), f"{pid}: different metric names"
+
+        def same(k, x, y):
+            if x == y:
+                return True
+            tol = rtol if k.startswith(prefixes) and prefixes else 0.0
+            return x is not None and y is not None and abs(x - y) <= tol * abs(x)
+
         moved += [f"{pid}: {k} = {ma[k]!r} (default threads) vs {mb[k]!r} (one thread)"
-                  for k in ma if ma[k] != mb[k]]
-        moved += [f"{pid}: claim {x[0]} = {x[1:]} vs {y[1:]}" for x, y in zip(ca, cb) if x != y]
+                  for k in ma if not same(k, ma[k], mb[k])]
+        # verdicts always identical; a claim's number may move only like its metric
+        moved += [f"{pid}: claim {x[0]} = {x[1:]} vs {y[1:]}" for x, y in zip(ca, cb)
+                  if x[0] != y[0] or x[2] != y[2] or not same(x[0], x[1], y[1])]
     assert not moved, "results moved with the thread count:\n" + "\n".join(moved[:30])

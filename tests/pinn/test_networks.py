@@ -102,7 +102,7 @@ def test_bad_input():
         pinn.make_network("mlp", depth=2, width=8, unroll=0)
 
 
-@pytest.mark.parametrize("arch", ["mlp", "coupled"])
+@pytest.mark.parametrize("arch", ["mlp", pytest.param("coupled", marks=pytest.mark.slow)])
 def test_unrolled_scan_is_the_same_network(x64, key, arch):
     """``unroll`` changes only how the depth loop is compiled: same parameters, same values
     and same Laplacian (the bench's speed-up is not bought with a different function)."""

@@ -35,3 +35,24 @@ def test_tiny_run_direction(tmp_path):
     # the diversified path: the issue's >= 0.85 x optimum (exact evaluation of the taken paths)
     assert m["planning/cvar/cvar25"] >= 0.85 * m["exact/cvar/cvar25"]
     assert len(run.plot(res, tmp_path)) >= 1
+
+
+def test_learning_claim_rule_and_quote():
+    """The learning claim (not in the tiny run, which trains one learner): the rule fixed in
+    advance is 'every RiskZero seed strictly above every MuZero seed'; a tie fails it."""
+    from jaxpapers.core import registry
+
+    cfg = config.small()
+    exact = {"neutral": {"path": [1, 1, 0, 1, 0, 1, 0, 0]},
+             "cvar_opt": {"path": [0, 0, 1, 0, 1, 0, 1, 1]}}
+
+    def curves(rz, mz):
+        mk = lambda vals, p: [{"exact_cvar": v, "path": p} for v in vals]  # noqa: E731
+        return {"riskzero": {"paths": mk(rz, "DDRDRDRR")}, "muzero": {"paths": mk(mz, "RRDRDRDD")}}
+
+    metrics = {"learning/muzero/exact_cvar25": 0.0}
+    above = run._learning_claim(cfg, metrics, curves([5.0, 4.0], [-8.0, 3.9]), exact)
+    tie = run._learning_claim(cfg, metrics, curves([5.125, 4.0], [-8.0, 4.0]), exact)
+    assert above["verdict"] == "reproduced" and tie["verdict"] == "not reproduced"
+    assert above["paper"] == registry.paper_says("riskzero", "vs_risk_sensitive_baselines")
+    assert "every RiskZero seed" in above["criterion"] and above["ours"] == 4.5

@@ -215,9 +215,9 @@ def decode_study(params, lm_config, train_config, cfg: Config, key) -> tuple[dic
     t = cfg.bpb_context + 1
     prefix = t - cfg.bpb_decode
     windows = _windows(train_config, t, cfg.bpb_seqs + cfg.needle_seqs)
-    key, k_needle = jax.random.split(key)
+    # the needles' seed: a stream of its own (the methods' keys below are fold_in(key, 0..M))
     needle, starts, alen = needle_tokens(windows[cfg.bpb_seqs:], prefix, cfg.needle_value_len,
-                                         seed=rng.numpy_seed(k_needle))
+                                         seed=rng.numpy_seed(jax.random.fold_in(key, 1_000_003)))
     if starts.max() + alen > t:
         raise ValueError("bpb_decode is too short for the needle's question and answer")
     toks = np.concatenate([windows[:cfg.bpb_seqs], needle])

@@ -56,3 +56,22 @@ def test_learning_claim_rule_and_quote():
     assert above["verdict"] == "reproduced" and tie["verdict"] == "not reproduced"
     assert above["paper"] == registry.paper_says("riskzero", "vs_risk_sensitive_baselines")
     assert "every RiskZero seed" in above["criterion"] and above["ours"] == 4.5
+
+
+def test_spread_script_perturbs_by_ulps_and_runs():
+    from experiments.riskzero import spread
+
+    cfg = config.small()
+    up, down = spread.perturb_learning_rate(cfg, 1), spread.perturb_learning_rate(cfg, -2)
+    import numpy as np
+    assert np.float32(up.learning_rate) == np.nextafter(np.float32(5e-3), np.float32(1))
+    assert down.learning_rate < cfg.learning_rate < up.learning_rate
+    assert spread.perturb_learning_rate(cfg, 0) == cfg
+
+
+@pytest.mark.slow  # ~30 s: one tiny learner
+def test_spread_script_tiny():
+    from experiments.riskzero import spread
+
+    out = spread.main(["--scale", "tiny", "--learners", "riskzero"])
+    assert len(out["riskzero"]["exact_cvar"]) == config.tiny().learn_seeds

@@ -19,6 +19,7 @@ __all__ = ["benchmarks", "run_benchmark"]
 _BENCHMARKS: dict[str, str] = {
     "binary_hash_attention": "pallas_kernels.binary_hash_attention.bench",
     "quantized_matmul": "pallas_kernels.quantized_matmul.bench",
+    "sparse_gemv": "pallas_kernels.sparse_gemv.bench",
 }
 
 

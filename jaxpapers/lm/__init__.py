@@ -9,8 +9,9 @@ from jaxpapers.lm._types import (VOCAB_SIZE, AttnFn, AttnStateFn, KVCache, LMCon
                                  TrainConfig)
 from jaxpapers.lm.evaluate import (bits_per_byte, bits_per_byte_decode, token_bits,
                                    unigram_bits_per_byte)
-from jaxpapers.lm.model import (collect_qkv, decode_step, dense_attention, forward, init,
-                                param_count, prefill, rope)
+from jaxpapers.lm.model import (SHIFT_SITES, SITES, check_sparsity, collect_qkv, decode_step,
+                                dense_attention, forward, init, param_count, prefill, rope,
+                                site_width)
 from jaxpapers.lm.training import (DEFAULT_CACHE_DIR, Preset, checkpoint_dir, checkpoint_info,
                                    corpus_tokens, heldout_bits_per_byte, heldout_windows,
                                    init_like, load_or_train, loss_fn, make_optimizer, small, tiny,
@@ -32,6 +33,10 @@ __all__ = [
     "collect_qkv",
     "dense_attention",
     "rope",
+    "SITES",
+    "SHIFT_SITES",
+    "site_width",
+    "check_sparsity",
     "token_bits",
     "bits_per_byte",
     "bits_per_byte_decode",

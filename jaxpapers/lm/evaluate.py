@@ -37,27 +37,33 @@ _LN2 = math.log(2.0)
 
 
 def _bits(logits: jax.Array, targets: jax.Array) -> jax.Array:
-    """-log2 softmax(logits)[target]: logits [..., V], targets [...] -> [...] float32."""
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    """-log2 softmax(logits)[target]: logits [..., V], targets [...] -> [...] float32 (float64
+    for float64 logits)."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.promote_types(logits.dtype, jnp.float32)),
+                              axis=-1)
     return -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0] / _LN2
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
-def _token_bits(params, tokens, config):
-    logits = model._forward_impl(params, tokens[:, :-1], config)
+def _token_bits(params, tokens, config, sparsity=None):
+    logits = model._forward_impl(params, tokens[:, :-1], config, sparsity)
     return _bits(logits, tokens[:, 1:])
 
 
-def token_bits(params: dict, tokens: jax.Array, *, config: LMConfig) -> jax.Array:
-    """Per-byte code lengths under dense teacher forcing.
+def token_bits(params: dict, tokens: jax.Array, *, config: LMConfig,
+               sparsity: dict | None = None) -> jax.Array:
+    """Per-byte code lengths under teacher forcing.
 
     Args:
       params: from :func:`jaxpapers.lm.init`.
       tokens: [B, T] integer byte ids, 2 <= T <= ``config.max_len + 1``.
       config: the model shape (static).
+      sparsity: None (dense) or the activation-sparsity dict of :func:`jaxpapers.lm.forward`
+        (every position sparse, which equals decoding every byte sparsely).
 
     Returns:
-      [B, T - 1] float32; entry ``t`` is ``-log2 p(tokens[:, t + 1] | tokens[:, :t + 1])``.
+      [B, T - 1] float32 (float64 for float64 parameters); entry ``t`` is
+      ``-log2 p(tokens[:, t + 1] | tokens[:, :t + 1])``.
     """
     model._check_config(config)
     tokens = model._check_tokens(tokens, "tokens", config, 2)
@@ -65,11 +71,12 @@ def token_bits(params: dict, tokens: jax.Array, *, config: LMConfig) -> jax.Arra
         raise ValueError(f"tokens needs T >= 2 (one prediction), got T={tokens.shape[1]}")
     model._check_length(tokens.shape[1] - 1, config)
     model._check_params(params, config)
-    return _token_bits(params, tokens, config)
+    sparsity = model.check_sparsity(sparsity, config)
+    return _token_bits(params, tokens, config, sparsity)
 
 
 def bits_per_byte(params: dict, tokens: jax.Array, *, config: LMConfig,
-                  start: int = 0) -> jax.Array:
+                  start: int = 0, sparsity: dict | None = None) -> jax.Array:
     """Mean bits/byte of ``tokens[:, start + 1:]`` under dense teacher forcing.
 
     Args:
@@ -79,27 +86,29 @@ def bits_per_byte(params: dict, tokens: jax.Array, *, config: LMConfig,
       start: skip the predictions of the first ``start`` targets (their context is short);
         ``bits_per_byte(..., start=p - 1)`` scores the same bytes as
         ``bits_per_byte_decode(..., prefix_len=p)``.
+      sparsity: as in :func:`token_bits`.
 
     Returns:
-      [] float32.
+      [] float32 (float64 for float64 parameters).
     """
     start = checks.check_int("start", start)
-    bits = token_bits(params, tokens, config=config)
+    bits = token_bits(params, tokens, config=config, sparsity=sparsity)
     if not 0 <= start < bits.shape[1]:
         raise ValueError(f"start must be an int in [0, T - 1 = {bits.shape[1]}), got {start!r}")
     return jnp.mean(bits[:, start:])
 
 
 @functools.partial(jax.jit, static_argnames=("config", "prefix_len", "attn_fn", "attn_state_fn"))
-def _decode_bits(params, tokens, config, prefix_len, attn_fn, attn_state_fn):
+def _decode_bits(params, tokens, config, prefix_len, attn_fn, attn_state_fn, sparsity=None):
     b, t = tokens.shape
-    logits, cache = model._prefill_impl(params, tokens[:, :prefix_len], config, t - 1)
+    logits, cache = model._prefill_impl(params, tokens[:, :prefix_len], config, t - 1, sparsity)
     first = _bits(logits[:, -1], tokens[:, prefix_len])  # [B]
     attn_state = None if attn_state_fn is None else attn_state_fn(cache)
 
     def step(cache, xs):
         tok, target = xs
-        step_logits, cache = model._decode(params, cache, tok, attn_state, config, attn_fn)
+        step_logits, cache = model._decode(params, cache, tok, attn_state, config, attn_fn,
+                                           sparsity)
         return cache, _bits(step_logits, target)
 
     xs = (tokens[:, prefix_len:t - 1].T, tokens[:, prefix_len + 1:].T)  # [T - p - 1, B] each
@@ -109,7 +118,7 @@ def _decode_bits(params, tokens, config, prefix_len, attn_fn, attn_state_fn):
 
 def bits_per_byte_decode(params: dict, tokens: jax.Array, *, config: LMConfig, prefix_len: int,
                          attn_fn: AttnFn | None = None, attn_state_fn: AttnStateFn | None = None,
-                         reduce: bool = True) -> jax.Array:
+                         reduce: bool = True, sparsity: dict | None = None) -> jax.Array:
     """Bits/byte of the bytes after a prefix, predicted by cached decoding with ``attn_fn``.
 
     ``tokens[:, :prefix_len]`` is prefilled densely into a cache of ``T - 1`` slots; then
@@ -126,6 +135,8 @@ def bits_per_byte_decode(params: dict, tokens: jax.Array, *, config: LMConfig, p
       attn_fn: the decode attention (see :func:`jaxpapers.lm.decode_step`), None for dense.
       attn_state_fn: ``cache -> attn_state`` built once after the prefill, or None (static).
       reduce: return the mean (True) or the per-byte bits [B, T - p] (False).
+      sparsity: the activation-sparsity dict of :func:`jaxpapers.lm.forward`, applied in the
+        prefill and in every decode step (None: dense).
 
     Returns:
       [] float32 mean bits/byte, or [B, T - prefix_len] float32.
@@ -143,7 +154,8 @@ def bits_per_byte_decode(params: dict, tokens: jax.Array, *, config: LMConfig, p
     for name, fn in (("attn_fn", attn_fn), ("attn_state_fn", attn_state_fn)):
         if fn is not None and not callable(fn):
             raise TypeError(f"{name} must be callable or None, got {type(fn).__name__}")
-    bits = _decode_bits(params, tokens, config, prefix_len, attn_fn, attn_state_fn)
+    sparsity = model.check_sparsity(sparsity, config)
+    bits = _decode_bits(params, tokens, config, prefix_len, attn_fn, attn_state_fn, sparsity)
     return jnp.mean(bits) if reduce else bits
 
 

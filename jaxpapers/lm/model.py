@@ -8,9 +8,23 @@ that the blocks run under one ``lax.scan`` (one compiled block whatever the dept
                 "wo": [N, Hq*D, d], "mlp_norm": [N, d], "w_gate": [N, d, F], "w_up": [N, d, F],
                 "w_down": [N, F, d]}}
 
+Optional biases ``bq bk bv bo b_gate b_up b_down`` ([N, out]) may sit in ``params["layers"]``; an
+absent bias is zero (``bq``/``bk`` are added before RoPE).
+
 Blocks are pre-norm (RMSNorm) with a SwiGLU feed-forward layer. Query head ``j`` attends with
 key/value head ``j // (Hq // Hk)`` (grouped-query attention). Keys in the cache and in
 :func:`collect_qkv` are post-RoPE; queries are post-RoPE and not scaled by ``1/sqrt(D)``.
+
+**Activation sparsity** (TEAL / CATS / SPON, :mod:`jaxpapers.sparsity`): :func:`forward`,
+:func:`prefill` and :func:`decode_step` take ``sparsity=None`` or a dict
+``{"threshold": {site: [N]}, "shift": {site: [N, width]}}``. At a site the activation becomes
+``where(|x| > tau, x, 0) + s`` (SPON's eq. ``x~ = sparsify(x) + s``); a missing entry means dense
+and no shift. The sites (:data:`SITES`) are ``attn_in`` (attn_norm output, d), ``attn_out`` (the
+heads concatenated before ``wo``, Hq*D), ``mlp_in`` (mlp_norm output, d), ``mlp_gate``
+(``silu(h w_gate)``, F; CATS, no shift) and ``mlp_hidden`` (``silu(h w_gate) * (h w_up)`` before
+``w_down``, F). Thresholds and shifts are traced: new values reuse the compilation, a new set of
+sites compiles once. ``sparsity=None`` runs exactly the dense program. Every path also runs in
+float64 (cast the parameters; needs ``jax_enable_x64``).
 
 Letters: ``N`` layers, ``B`` batch, ``T`` tokens, ``S`` cache slots, ``Hq``/``Hk`` query and
 key/value heads, ``D`` head dimension, ``F`` feed-forward width, ``V`` vocabulary.
@@ -42,10 +56,16 @@ from jaxpapers.core import checks
 from jaxpapers.lm._types import AttnFn, KVCache, LMConfig
 
 __all__ = ["init", "forward", "prefill", "decode_step", "collect_qkv", "dense_attention",
-           "rope", "param_count"]
+           "rope", "param_count", "SITES", "SHIFT_SITES", "site_width", "check_sparsity"]
 
 _EPS = 1e-5
 _MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+BIASES = {"wq": "bq", "wk": "bk", "wv": "bv", "wo": "bo", "w_gate": "b_gate", "w_up": "b_up",
+          "w_down": "b_down"}
+#: activation sites that can be sparsified (the inputs of the block's linear layers, and CATS's gate)
+SITES = ("attn_in", "attn_out", "mlp_in", "mlp_gate", "mlp_hidden")
+#: sites that accept a shift ``s`` (``mlp_gate`` is CATS's threshold only)
+SHIFT_SITES = ("attn_in", "attn_out", "mlp_in", "mlp_hidden")
 
 
 # ----------------------------------------------------------------------------- validation
@@ -85,6 +105,84 @@ def _check_params(params: Any, config: LMConfig) -> None:
     if tuple(wq.shape) != want or tuple(embed.shape) != (config.vocab, config.d_model):
         raise ValueError(f"params do not match config: layers.wq has shape {tuple(wq.shape)} "
                          f"(expected {want}), embed {tuple(embed.shape)}")
+    layers = params["layers"]
+    for w, b in BIASES.items():
+        if b in layers:
+            want = (config.n_layers, layers[w].shape[-1])
+            if tuple(jnp.shape(layers[b])) != want:
+                raise ValueError(f"params['layers']['{b}'] must have shape {want} ([N, out] of "
+                                 f"{w}), got {tuple(jnp.shape(layers[b]))}")
+
+
+def site_width(config: LMConfig, site: str) -> int:
+    """Width of an activation site: d for ``attn_in``/``mlp_in``, Hq*D for ``attn_out``, F for
+    ``mlp_gate``/``mlp_hidden``."""
+    checks.check_choice("site", site, SITES)
+    return {"attn_in": config.d_model, "mlp_in": config.d_model,
+            "attn_out": config.n_q_heads * config.head_dim,
+            "mlp_gate": config.d_ff, "mlp_hidden": config.d_ff}[site]
+
+
+def check_sparsity(sparsity: Any, config: LMConfig) -> dict | None:
+    """Validate a ``sparsity`` argument; returns ``{"threshold": {...}, "shift": {...}}`` (both
+    keys present, arrays) or None.
+
+    Raises:
+      TypeError: not a dict, or non-float values.
+      ValueError: an unknown key or site, a shift at ``mlp_gate``, a wrong shape, or (when
+        concrete) a NaN or negative threshold; the message names the entry.
+    """
+    if sparsity is None:
+        return None
+    if not isinstance(sparsity, dict):
+        raise TypeError(f"sparsity must be None or a dict with keys 'threshold' and 'shift', got "
+                        f"{type(sparsity).__name__}")
+    unknown = set(sparsity) - {"threshold", "shift"}
+    if unknown:
+        raise ValueError(f"sparsity has unknown keys {sorted(unknown)}; expected 'threshold' "
+                         f"and/or 'shift'")
+    out = {}
+    for part, allowed in (("threshold", SITES), ("shift", SHIFT_SITES)):
+        entries = sparsity.get(part) or {}
+        if not isinstance(entries, dict):
+            raise TypeError(f"sparsity['{part}'] must be a dict {{site: array}}, got "
+                            f"{type(entries).__name__}")
+        checked = {}
+        for site, value in entries.items():
+            name = f"sparsity['{part}']['{site}']"
+            if site not in allowed:
+                hint = (" (mlp_gate takes a threshold only)" if site == "mlp_gate" else "")
+                raise ValueError(f"{name}: unknown site {site!r}; expected one of "
+                                 f"{list(allowed)}{hint}")
+            value = jnp.asarray(value)
+            if not jnp.issubdtype(value.dtype, jnp.floating):
+                raise TypeError(f"{name} must be floating point, got dtype {value.dtype}")
+            want = ((config.n_layers,) if part == "threshold"
+                    else (config.n_layers, site_width(config, site)))
+            if value.shape != want:
+                raise ValueError(f"{name} must have shape {want}, got {value.shape}")
+            host = checks.concrete(value)
+            if host is not None:
+                if np.isnan(host).any():
+                    raise ValueError(f"{name} holds NaN")
+                if part == "threshold" and (host < 0).any():
+                    raise ValueError(f"{name} must be >= 0, got min {host.min()}")
+            checked[site] = value
+        out[part] = checked
+    return out
+
+
+def _apply_sparsity(name: str, x: jax.Array, sp: dict | None) -> jax.Array:
+    """``where(|x| > tau, x, 0) + s`` at site ``name`` with this layer's entries of ``sp``."""
+    if sp is None:
+        return x
+    tau = sp["threshold"].get(name)
+    if tau is not None:
+        x = jnp.where(jnp.abs(x) > tau, x, jnp.zeros((), x.dtype))
+    shift = sp["shift"].get(name)
+    if shift is not None:
+        x = x + shift.astype(x.dtype)
+    return x
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -167,16 +265,23 @@ def rope(x: jax.Array, positions: jax.Array, *, base: float) -> jax.Array:
     return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
 
 
+def _linear(x: jax.Array, lp: dict, name: str) -> jax.Array:
+    """``x @ W (+ b)`` for the matrix ``name`` of one layer (no bias entry: no addition)."""
+    y = x @ lp[name]
+    bias = lp.get(BIASES[name])
+    return y if bias is None else y + bias
+
+
 def _project_qkv(lp: dict, h: jax.Array, positions: jax.Array, c: LMConfig):
     """h [B, T, d] -> post-RoPE q [B, Hq, T, D], k [B, Hk, T, D] and v [B, Hk, T, D]."""
     b, t, _ = h.shape
 
     def heads(w, n):
-        return (h @ w).reshape(b, t, n, c.head_dim).transpose(0, 2, 1, 3)
+        return _linear(h, lp, w).reshape(b, t, n, c.head_dim).transpose(0, 2, 1, 3)
 
-    q = rope(heads(lp["wq"], c.n_q_heads), positions, base=c.rope_base)
-    k = rope(heads(lp["wk"], c.n_kv_heads), positions, base=c.rope_base)
-    return q, k, heads(lp["wv"], c.n_kv_heads)
+    q = rope(heads("wq", c.n_q_heads), positions, base=c.rope_base)
+    k = rope(heads("wk", c.n_kv_heads), positions, base=c.rope_base)
+    return q, k, heads("wv", c.n_kv_heads)
 
 
 def _causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
@@ -191,30 +296,53 @@ def _causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     return jnp.einsum("bhgts,bhsd->bhgtd", p, v).reshape(b, hq, t, d)
 
 
-def _mlp(lp: dict, x: jax.Array) -> jax.Array:
-    h = _rms_norm(x, lp["mlp_norm"])
-    return (jax.nn.silu(h @ lp["w_gate"]) * (h @ lp["w_up"])) @ lp["w_down"]
+def _mlp(lp: dict, x: jax.Array, site: Any) -> jax.Array:
+    h = site("mlp_in", _rms_norm(x, lp["mlp_norm"]))
+    g = site("mlp_gate", jax.nn.silu(_linear(h, lp, "w_gate")))
+    return _linear(site("mlp_hidden", g * _linear(h, lp, "w_up")), lp, "w_down")
 
 
-def _trunk(params: dict, tokens: jax.Array, c: LMConfig, collect: tuple[str, ...]):
+def _site_fn(hook: Any, sp: Any, aux: dict) -> Any:
+    """The per-layer ``site(name, x) -> x`` of a block: ``hook(name, x, sp) -> (x, stats)``
+    (stats stored in ``aux[name]``) or, without a hook, :func:`_apply_sparsity`."""
+    def site(name, x):
+        if hook is None:
+            return _apply_sparsity(name, x, sp)
+        x, stats = hook(name, x, sp)
+        if stats is not None:
+            aux[name] = stats
+        return x
+    return site
+
+
+def _trunk(params: dict, tokens: jax.Array, c: LMConfig, collect: tuple[str, ...],
+           sparsity: dict | None = None, hook: Any = None):
     """Embedding, N blocks under ``lax.scan``, final norm and unembedding.
 
-    Returns ``(logits [B, T, V], {name: [N, ...] for name in collect})``.
+    ``sparsity``: a checked sparsity dict (its leaves sliced per layer by the scan) or None.
+    ``hook(name, x, layer_sparsity) -> (x, stats or None)`` replaces the sparsification at every
+    site (calibration, statistics); its stats come back stacked under ``"sites"``.
+
+    Returns ``(logits [B, T, V], {name: [N, ...] for name in collect})``; ``collect`` may name
+    ``q k v`` and ``"hidden"`` (the residual stream after the block, [N, B, T, d]).
     """
     b, t = tokens.shape
     positions = jnp.arange(t, dtype=jnp.int32)
     x = params["embed"][tokens]
 
-    def block(x, lp):
-        h = _rms_norm(x, lp["attn_norm"])
+    def block(x, xs):
+        lp, sp = xs
+        aux: dict = {}
+        site = _site_fn(hook, sp, aux)
+        h = site("attn_in", _rms_norm(x, lp["attn_norm"]))
         q, k, v = _project_qkv(lp, h, positions, c)
         o = _causal_attention(q, k, v)  # [B, Hq, T, D]
-        x = x + o.transpose(0, 2, 1, 3).reshape(b, t, -1) @ lp["wo"]
-        x = x + _mlp(lp, x)
-        found = {"q": q, "k": k, "v": v}
+        x = x + _linear(site("attn_out", o.transpose(0, 2, 1, 3).reshape(b, t, -1)), lp, "wo")
+        x = x + _mlp(lp, x, site)
+        found = {"q": q, "k": k, "v": v, "hidden": x, "sites": aux}
         return x, {name: found[name] for name in collect}
 
-    x, stacked = lax.scan(block, x, params["layers"])
+    x, stacked = lax.scan(block, x, (params["layers"], sparsity))
     logits = _rms_norm(x, params["final_norm"]) @ params["unembed"]
     return logits, stacked
 
@@ -228,29 +356,34 @@ def _check_length(t: int, c: LMConfig, name: str = "tokens") -> None:
 
 # ----------------------------------------------------------------------------- public API
 
-def _forward_impl(params, tokens, config):
-    return _trunk(params, tokens, config, ())[0]
+def _forward_impl(params, tokens, config, sparsity=None):
+    return _trunk(params, tokens, config, (), sparsity)[0]
 
 
 _forward = jax.jit(_forward_impl, static_argnames=("config",))
 
 
-def forward(params: dict, tokens: jax.Array, *, config: LMConfig) -> jax.Array:
+def forward(params: dict, tokens: jax.Array, *, config: LMConfig,
+            sparsity: dict | None = None) -> jax.Array:
     """Next-byte logits of a batch of sequences (dense causal attention).
 
     Args:
-      params: from :func:`init`.
+      params: from :func:`init` (float32, or cast to float64).
       tokens: [B, T] integer byte ids in [0, V), T <= ``config.max_len``.
       config: the model shape (static).
+      sparsity: None (dense) or ``{"threshold": {site: [N]}, "shift": {site: [N, width]}}``:
+        every position's activation at each listed site becomes ``where(|x| > tau, x, 0) + s``
+        (see the module docstring; traced, one compilation per set of sites).
 
     Returns:
-      [B, T, V] float32 logits; ``logits[:, t]`` predicts ``tokens[:, t + 1]``.
+      [B, T, V] logits in the parameters' dtype; ``logits[:, t]`` predicts ``tokens[:, t + 1]``.
     """
     _check_config(config)
     tokens = _check_tokens(tokens, "tokens", config, 2)
     _check_length(tokens.shape[1], config)
     _check_params(params, config)
-    return _forward(params, tokens, config)
+    sparsity = check_sparsity(sparsity, config)
+    return _forward(params, tokens, config, sparsity)
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
@@ -285,8 +418,8 @@ def collect_qkv(params: dict, tokens: jax.Array, *, config: LMConfig):
     return _collect(params, tokens, config)
 
 
-def _prefill_impl(params, tokens, config, max_len):
-    logits, kv = _trunk(params, tokens, config, ("k", "v"))
+def _prefill_impl(params, tokens, config, max_len, sparsity=None):
+    logits, kv = _trunk(params, tokens, config, ("k", "v"), sparsity)
     b, t = tokens.shape
     pad = [(0, 0), (0, 0), (0, 0), (0, max_len - t), (0, 0)]
     cache = KVCache(k=jnp.pad(kv["k"], pad), v=jnp.pad(kv["v"], pad),
@@ -298,7 +431,7 @@ _prefill = jax.jit(_prefill_impl, static_argnames=("config", "max_len"))
 
 
 def prefill(params: dict, tokens: jax.Array, *, config: LMConfig,
-            max_len: int) -> tuple[jax.Array, KVCache]:
+            max_len: int, sparsity: dict | None = None) -> tuple[jax.Array, KVCache]:
     """Dense forward pass over a prompt that also fills a KV cache with ``max_len`` slots.
 
     Args:
@@ -306,6 +439,7 @@ def prefill(params: dict, tokens: jax.Array, *, config: LMConfig,
       tokens: [B, T] integer byte ids, 1 <= T <= ``max_len``.
       config: the model shape (static).
       max_len: S, slots of the returned cache (static), T <= S <= ``config.max_len``.
+      sparsity: as in :func:`forward` (every prompt position sparse).
 
     Returns:
       ``(logits [B, T, V], cache)`` with ``cache.length == T`` for every sequence; the logits
@@ -319,7 +453,8 @@ def prefill(params: dict, tokens: jax.Array, *, config: LMConfig,
     if not tokens.shape[1] <= max_len <= config.max_len:
         raise ValueError(f"max_len must be in [T={tokens.shape[1]}, config.max_len="
                          f"{config.max_len}], got {max_len}")
-    return _prefill(params, tokens, config, max_len)
+    sparsity = check_sparsity(sparsity, config)
+    return _prefill(params, tokens, config, max_len, sparsity)
 
 
 def dense_attention(q: jax.Array, k: jax.Array, v: jax.Array, length: jax.Array,
@@ -337,7 +472,7 @@ def dense_attention(q: jax.Array, k: jax.Array, v: jax.Array, length: jax.Array,
       layer: ignored (part of the ``attn_fn`` signature).
 
     Returns:
-      [B, Hq, D] attention outputs, float32 softmax.
+      [B, Hq, D] attention outputs, float32 softmax (float64 for float64 inputs).
 
     >>> import jax.numpy as jnp
     >>> k = jnp.eye(2)[None, None]                      # [1, 1, 2, 2]: two keys
@@ -353,14 +488,15 @@ def dense_attention(q: jax.Array, k: jax.Array, v: jax.Array, length: jax.Array,
         raise ValueError(f"expected q [B, Hq, D], k and v [B, Hk, S, D] with Hq % Hk == 0; got "
                          f"q {q.shape}, k {k.shape}, v {v.shape}")
     qg = q.reshape(b, hk, hq // hk, d)
-    scores = jnp.einsum("bhgd,bhsd->bhgs", qg, k).astype(jnp.float32) / math.sqrt(d)
+    acc = jnp.promote_types(q.dtype, jnp.float32)  # float32 softmax, float64 for float64 inputs
+    scores = jnp.einsum("bhgd,bhsd->bhgs", qg, k).astype(acc) / math.sqrt(d)
     valid = jnp.arange(s)[None, :] < jnp.asarray(length)[:, None]  # [B, S]
     scores = jnp.where(valid[:, None, None, :], scores, -jnp.inf)
     p = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bhgs,bhsd->bhgd", p, v).reshape(b, hq, d)
 
 
-def _decode(params, cache, token, attn_state, config, attn_fn):
+def _decode(params, cache, token, attn_state, config, attn_fn, sparsity=None):
     c = config
     b = token.shape[0]
     pos = cache.length  # [B], the position of ``token``
@@ -368,21 +504,25 @@ def _decode(params, cache, token, attn_state, config, attn_fn):
     attend = dense_attention if attn_fn is None else attn_fn
 
     def write(slots, new, p):  # slots [Hk, S, D], new [Hk, D]: set slot p
-        return lax.dynamic_update_slice(slots, new[:, None, :].astype(slots.dtype), (0, p, 0))
+        zero = jnp.zeros((), p.dtype)  # int32 indices also under jax_enable_x64
+        return lax.dynamic_update_slice(slots, new[:, None, :].astype(slots.dtype),
+                                        (zero, p, zero))
 
     def block(x, xs):
-        lp, k_l, v_l, state_l, layer = xs
-        h = _rms_norm(x, lp["attn_norm"])[:, None, :]  # [B, 1, d]
+        lp, k_l, v_l, state_l, layer, sp = xs
+        site = _site_fn(None, sp, {})
+        h = site("attn_in", _rms_norm(x, lp["attn_norm"]))[:, None, :]  # [B, 1, d]
         q, k_new, v_new = _project_qkv(lp, h, pos[:, None, None], c)  # [B, H, 1, D]
         k_l = jax.vmap(write)(k_l, k_new[:, :, 0], pos)
         v_l = jax.vmap(write)(v_l, v_new[:, :, 0], pos)
         o = attend(q[:, :, 0], k_l, v_l, pos + 1, state_l, layer)  # [B, Hq, D]
-        x = x + o.reshape(b, -1) @ lp["wo"]
-        x = x + _mlp(lp, x)
+        x = x + _linear(site("attn_out", o.reshape(b, -1)), lp, "wo")
+        x = x + _mlp(lp, x, site)
         return x, (k_l, v_l)
 
     layers = jnp.arange(c.n_layers, dtype=jnp.int32)
-    x, (k, v) = lax.scan(block, x, (params["layers"], cache.k, cache.v, attn_state, layers))
+    x, (k, v) = lax.scan(block, x, (params["layers"], cache.k, cache.v, attn_state, layers,
+                                    sparsity))
     logits = _rms_norm(x, params["final_norm"]) @ params["unembed"]
     return logits, KVCache(k=k, v=v, length=pos + 1)
 
@@ -418,8 +558,8 @@ def _check_attn_state(attn_state: Any, config: LMConfig) -> None:
 
 
 def decode_step(params: dict, cache: KVCache, token: jax.Array, *, config: LMConfig,
-                attn_fn: AttnFn | None = None,
-                attn_state: Any = None) -> tuple[jax.Array, KVCache]:
+                attn_fn: AttnFn | None = None, attn_state: Any = None,
+                sparsity: dict | None = None) -> tuple[jax.Array, KVCache]:
     """Append one token per sequence to the cache and return the next-byte logits.
 
     The blocks run under ``lax.scan``. In block ``l`` the new token's key and value are written to
@@ -439,6 +579,8 @@ def decode_step(params: dict, cache: KVCache, token: jax.Array, *, config: LMCon
       config: the model shape (static).
       attn_fn: attention over the cache, or None for dense attention (static).
       attn_state: None or a pytree whose leaves have a leading ``n_layers`` axis.
+      sparsity: as in :func:`forward`; a sparse :func:`prefill` followed by sparse decode steps
+        gives the logits of a sparse :func:`forward`.
 
     Returns:
       ``(logits [B, V], cache)`` with ``length`` increased by one.
@@ -450,4 +592,5 @@ def decode_step(params: dict, cache: KVCache, token: jax.Array, *, config: LMCon
     _check_attn_state(attn_state, config)
     if attn_fn is not None and not callable(attn_fn):
         raise TypeError(f"attn_fn must be callable or None, got {type(attn_fn).__name__}")
-    return _decode_jit(params, cache, token, attn_state, config, attn_fn)
+    sparsity = check_sparsity(sparsity, config)
+    return _decode_jit(params, cache, token, attn_state, config, attn_fn, sparsity)

@@ -178,11 +178,14 @@ def run(config: Config, key) -> dict[str, Any]:
                 (metrics[f"bpb/teal_dense/{p}"] - metrics[f"bpb/spon_dense_norecal/{p}"])
                 / (metrics[f"bpb/teal_dense/{p}"] - dense))
         for p in models["teal"]:
-            gap = metrics[f"bpb/teal/{p}"] - dense
-            for m in ("meancomp", "spon") + (("meancomp_dense",) if config.dense_variants
-                                             else ()):
-                metrics[f"recovered/{m}/{p}"] = ((metrics[f"bpb/teal/{p}"]
-                                                  - metrics[f"bpb/{m}/{p}"]) / gap)
+            # each method against TEAL with the same calibration protocol
+            pairs = [("meancomp", "teal"), ("spon", "teal")]
+            if config.dense_variants:
+                pairs.append(("meancomp_dense", "teal_dense"))
+            for m, base in pairs:
+                metrics[f"recovered/{m}/{p}"] = (
+                    (metrics[f"bpb/{base}/{p}"] - metrics[f"bpb/{m}/{p}"])
+                    / (metrics[f"bpb/{base}/{p}"] - dense))
     with sw("hidden_state_error"):
         hidden = {}
         for m in ("teal", "spon"):

@@ -98,7 +98,7 @@ PAPERS: tuple[Paper, ...] = (
     _p("layer_balancing", "Layer-wise learning-rate balancing in two- and three-layer linear networks",
        "linear_nets", _IMPL, issue=3),
     _p("fedpdg", "FedPDG: federated learning with diffusion-generated data", "federated"),
-    _p("spon", "SPON: activation sparsity for LLM inference", "sparsity", Status.IN_PROGRESS,
+    _p("spon", "SPON: activation sparsity for LLM inference", "sparsity", _IMPL,
        issue=19),
     _p("fedgcm", "FedGCM: federated graph learning under homophily heterogeneity", "federated"),
     _p("dive", "DIVE: synthesized agentic tasks for robust tool use", "benchmarks"),

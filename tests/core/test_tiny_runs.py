@@ -34,6 +34,17 @@ THREAD_DEPENDENT: dict[str, tuple[tuple[str, ...], float, str]] = {
 }
 
 
+# Metric names an issue's "Contract" fixes (outside checks read them): paper -> names.
+CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
+    "spon": ("bpb/dense",) + tuple(
+        f"{kind}/{m}/{p}" for p in ("50pct", "70pct")  # the tiny config's levels
+        for kind, methods in (("bpb", ("teal", "cats", "meancomp", "spon")),
+                              ("recovered", ("meancomp", "spon")),
+                              ("sparsity/achieved", ("teal", "cats", "meancomp", "spon")))
+        for m in methods),
+}
+
+
 def _reproduce_all(out: pathlib.Path, *, one_thread: bool) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("JAXPAPERS_XLA_CACHE", None)
@@ -90,6 +101,17 @@ def test_every_implemented_paper_writes_a_valid_tiny_report(tiny_runs):
         assert list(d.glob("*.png")), f"{pid}: no plot"
         md = (d / "report.md").read_text()
         assert "## Claims" in md and "## Environment" in md, pid
+
+
+def test_contract_metric_names(tiny_runs):
+    out, proc = tiny_runs["default"]
+    _check_ok("default", proc)
+    for pid, names in CONTRACT_METRICS.items():
+        if pid not in IMPLEMENTED:
+            continue
+        metrics = json.loads((out / pid / "metrics.json").read_text())["metrics"]
+        missing = [n for n in names if n not in metrics]
+        assert not missing, f"{pid}: contract metrics missing: {missing}"
 
 
 def _comparable(doc):

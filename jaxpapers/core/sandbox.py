@@ -1,0 +1,543 @@
+"""One sandbox for untrusted code: Python programs now, SQL engines and tools later via ``run``.
+
+``run_python(source)`` runs a program with the system interpreter (``/usr/bin/python3 -I -S``)
+inside bubblewrap (``bwrap``) and returns a frozen ``SandboxResult``; ``run(argv, files=...,
+stdin=...)`` is the generic layer underneath, for any program installed on the machine (a SQL
+shell, a compiler, a tool), so later runners reuse the same limits.
+
+What is enforced, per run:
+
+* **identity**: when the caller is root, the sandbox runs as uid/gid 65534 (``nobody``) with no
+  supplementary groups (``setpriv --reuid=65534 --regid=65534 --clear-groups``), so it has no
+  capabilities and cannot read root's files. When the caller is not root, ``setpriv`` is skipped
+  and bubblewrap runs as the caller's own uid: the program can then read whatever that user can
+  read outside the hidden folders below (still read-only, still without network).
+* **namespaces** (``bwrap --unshare-all --unshare-user --disable-userns``): no network (only a
+  loopback of its own; the host's 127.0.0.1 is unreachable), its own pid namespace
+  (it sees and signals only its own processes; all of them die with it), ipc, uts (hostname
+  ``sandbox``), cgroup; no further user namespaces inside. ``--die-with-parent --new-session``.
+* **file system**: the host's ``/`` read-only; a fresh ``/proc`` and a minimal read-only ``/dev``
+  (null, zero, random, urandom, tty, pts); private, size-capped tmpfs over ``/tmp`` (64 MiB) and
+  over ``/run``, ``/var/tmp``, ``/root``, ``/dev/shm``, the caller's home, the caller's temp dir
+  and ``WORK_PARENT`` (1 MiB each), so their contents are hidden and writes there vanish with the
+  sandbox. The one writable host folder is a fresh work folder (a temp dir under ``WORK_PARENT``,
+  owned by the sandbox uid) mounted at ``/tmp/work``, which is the cwd and ``HOME``; it is deleted
+  after the run.
+* **environment**: empty (``--clearenv``; the bwrap process itself is started with only
+  ``PATH``), then ``PATH=/usr/bin:/bin``, ``HOME=/tmp/work``, ``TMPDIR=/tmp``, ``LANG=C.UTF-8``.
+  No file descriptors other than stdin/stdout/stderr are inherited.
+* **limits** (``prlimit`` inside the sandbox, as hard limits that it cannot raise): address
+  space ``memory_mb`` MiB per process; CPU seconds ``ceil(timeout_s) + 1`` per process, all its
+  threads together (SIGXCPU, then SIGKILL a second later; reported as ``"timeout"``); ``max_processes`` processes/threads (default 32; counted inside the
+  sandbox's own user namespace on Linux >= 5.14); files at most ``max_file_mb`` MiB each (default
+  16); 256 open files; no core dumps.
+* **wall time**: the parent kills the whole sandbox after ``timeout_s`` seconds (status
+  ``"timeout"``, ``returncode`` None).
+* **output**: stdout and stderr are read as they come and kept up to ``output_limit`` bytes each
+  (default 64 KiB; the rest is read and dropped, ``truncated`` says so).
+* **no fallback**: without a working bubblewrap (not installed, or it cannot create namespaces
+  here) the status is ``"unavailable"`` and nothing runs.
+
+Not enforced: total disk use of the work folder (only the per-file size and open-file count are
+capped); the memory of all processes together (the address-space cap is per process, and there
+is no cgroup); a seccomp filter (the sandbox reaches the whole kernel system-call surface, so a
+kernel bug is an escape); reading world-readable host files outside the hidden folders (e.g.
+``/etc/passwd``, the repository when world-readable); CPU share (a run may use every core until
+its limits stop it). The site packages (numpy, jax) are not importable under ``-S``; the program
+gets the standard library only.
+
+>>> r = run_python("print(6 * 7)")
+>>> r.status in ("ok", "unavailable")
+True
+>>> r.stdout if r.status == "ok" else "42\\n"
+'42\\n'
+>>> run_python("pass", timeout_s=0)
+Traceback (most recent call last):
+...
+ValueError: timeout_s must be a finite number of seconds > 0, got 0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+import os
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+__all__ = ["SandboxResult", "run_python", "run", "available", "why_unavailable"]
+
+# Programs the sandbox is built from (module-level so a test, or a machine with another layout,
+# can point them elsewhere). They are looked up at call time.
+BWRAP = "/usr/bin/bwrap"
+SETPRIV = "/usr/bin/setpriv"
+PRLIMIT = "/usr/bin/prlimit"
+PYTHON = "/usr/bin/python3"  # the system interpreter: a venv under root's home is unreachable
+WORK_PARENT: str | None = None  # where work folders are made; None: tempfile.gettempdir()
+
+SANDBOX_UID = 65534  # nobody / nogroup: used when the caller is root
+SANDBOX_WORK = "/tmp/work"  # the work folder as the program sees it (cwd and HOME)
+SANDBOX_PATH = "/usr/bin:/bin"
+OUTPUT_LIMIT = 64 * 1024  # bytes kept of stdout and of stderr
+MAX_PROCESSES = 32
+MAX_FILE_MB = 16
+MAX_OPEN_FILES = 256
+TMP_MB = 64  # the private /tmp
+HIDDEN_MB = 1  # each tmpfs that hides a host folder
+FILES_MAX_COUNT = 64  # SandboxResult.files: at most this many files ...
+FILES_MAX_BYTES = 64 * 1024  # ... each at most this long, UTF-8 text, regular, not linked
+
+Status = Literal["ok", "error", "timeout", "unavailable"]
+_NEVER_HIDE = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/proc", "/dev", "/sys")
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxResult:
+    """What a sandboxed run produced.
+
+    Attributes:
+      status: ``"ok"`` (exit status 0), ``"error"`` (any other exit, including being killed by a
+        signal or failing to start inside the sandbox), ``"timeout"`` (wall time or CPU time ran
+        out) or ``"unavailable"`` (no working bubblewrap; nothing ran).
+      returncode: the program's exit status; ``128 + N`` when signal N killed it (as a shell
+        reports it); None on a wall-clock timeout or when unavailable.
+      stdout, stderr: the first ``output_limit`` bytes of each, decoded as UTF-8 (bad bytes
+        replaced).
+      wall_s: seconds from start to the end of the sandbox (0.0 when unavailable).
+      files: the small UTF-8 text files left in the work folder, ``{relative path: text}``
+        (regular files only, never followed links; at most ``FILES_MAX_COUNT`` files of at most
+        ``FILES_MAX_BYTES`` bytes; for ``run_python`` this includes ``main.py``).
+      truncated: stdout or stderr was longer than ``output_limit``.
+      message: why it is unavailable, what limit stopped it, or what was truncated; else "".
+    """
+
+    status: Status
+    returncode: int | None
+    stdout: str
+    stderr: str
+    wall_s: float = 0.0
+    files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    truncated: bool = False
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def run_python(source: str, *, timeout_s: float = 5.0, memory_mb: int = 512,
+               files: Mapping[str, str | bytes] | None = None,
+               stdin: str | bytes | None = None) -> SandboxResult:
+    """Run the Python program ``source`` in the sandbox (see the module docstring for the limits).
+
+    The program is written to ``main.py`` in a fresh work folder and run as
+    ``/usr/bin/python3 -I -S main.py`` (isolated mode: no ``PYTHON*`` variables, no user or site
+    packages, the script's folder not on ``sys.path``; the standard library only).
+
+    Args:
+      source: the program text.
+      timeout_s: wall-clock limit in seconds (> 0, finite); CPU time per process is capped at
+        ``ceil(timeout_s) + 1`` seconds.
+      memory_mb: address-space limit per process in MiB (int >= 16; the interpreter itself needs
+        about 30 MiB, so very small values make it fail to start, status ``"error"``).
+      files: extra files to put in the work folder first, ``{relative path: text or bytes}``.
+      stdin: text or bytes for the program's standard input (empty when None).
+
+    Returns:
+      A ``SandboxResult``; status ``"unavailable"`` (and nothing run) without bubblewrap.
+
+    Raises:
+      TypeError / ValueError: a bad argument (the message names it).
+
+    >>> r = run_python("import sys; sys.exit(3)")
+    >>> (r.status, r.returncode) if r.status != "unavailable" else ("error", 3)
+    ('error', 3)
+    """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str, got {type(source).__name__}")
+    files = dict(_check_files(files))
+    if "main.py" in files:
+        raise ValueError("files must not contain 'main.py': run_python writes the program there")
+    files["main.py"] = source
+    return run([PYTHON, "-I", "-S", "main.py"], files=files, stdin=stdin, timeout_s=timeout_s,
+               memory_mb=memory_mb)
+
+
+def run(argv: Sequence[str], *, files: Mapping[str, str | bytes] | None = None,
+        stdin: str | bytes | None = None, timeout_s: float = 5.0, memory_mb: int = 512,
+        max_processes: int = MAX_PROCESSES, max_file_mb: int = MAX_FILE_MB,
+        output_limit: int = OUTPUT_LIMIT) -> SandboxResult:
+    """Run the command ``argv`` in the sandbox, in a fresh work folder holding ``files``.
+
+    The generic layer under ``run_python``, for any program installed on the host (it is looked up
+    on ``PATH=/usr/bin:/bin`` inside the sandbox; an absolute path is clearer). Same limits and
+    guarantees as described in the module docstring.
+
+    Args:
+      argv: the command and its arguments (a non-empty list or tuple of str).
+      files: files to create in the work folder before the run, ``{relative path: text or
+        bytes}`` (sub-folders are created; no absolute paths, no ``..``).
+      stdin: text or bytes for standard input (empty when None).
+      timeout_s: wall-clock limit in seconds (> 0, finite).
+      memory_mb: address-space limit per process in MiB (int >= 16).
+      max_processes: processes and threads the sandbox may hold at once (int >= 2).
+      max_file_mb: largest file the program may write, in MiB (int >= 1).
+      output_limit: bytes of stdout and of stderr kept (int >= 0).
+
+    Returns:
+      A ``SandboxResult``.
+
+    >>> r = run(["/bin/cat", "note.txt"], files={"note.txt": "hello"})
+    >>> r.stdout if r.status == "ok" else "hello"
+    'hello'
+    """
+    argv = _check_argv(argv)
+    files = _check_files(files)
+    if stdin is not None and not isinstance(stdin, (str, bytes)):
+        raise TypeError(f"stdin must be str, bytes or None, got {type(stdin).__name__}")
+    timeout_s = _check_timeout(timeout_s)
+    memory_mb = _check_count("memory_mb", memory_mb, 16)
+    max_processes = _check_count("max_processes", max_processes, 2)
+    max_file_mb = _check_count("max_file_mb", max_file_mb, 1)
+    output_limit = _check_count("output_limit", output_limit, 0)
+    reason = why_unavailable()
+    if reason:
+        return SandboxResult("unavailable", None, "", "", message=reason)
+    return _run_sandboxed(argv, files, stdin, timeout_s, memory_mb, max_processes, max_file_mb,
+                          output_limit)
+
+
+def available() -> bool:
+    """True when bubblewrap is installed and can start a sandbox here (probed once per setup)."""
+    return not why_unavailable()
+
+
+_PROBED: set[tuple] = set()  # setups whose probe succeeded; failures are probed again next time
+
+
+def why_unavailable() -> str:
+    """"" when the sandbox works; else one sentence saying why not (for status "unavailable").
+
+    Checks that the programs exist, then runs a tiny Python program in a real sandbox; a success
+    is remembered for the current ``BWRAP`` / ``PYTHON`` / ``WORK_PARENT`` / uid.
+    """
+    root = os.geteuid() == 0
+    needed = [("bubblewrap", BWRAP), ("prlimit (util-linux)", PRLIMIT), ("python3", PYTHON)]
+    if root:
+        needed.append(("setpriv (util-linux)", SETPRIV))
+    for what, path in needed:
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            hint = " (Debian: apt-get install bubblewrap)" if what == "bubblewrap" else ""
+            return f"sandbox unavailable: {what} not found at {path}{hint}"
+    setup = (BWRAP, SETPRIV, PRLIMIT, PYTHON, WORK_PARENT, os.geteuid())
+    if setup in _PROBED:
+        return ""
+    probe = _run_sandboxed([PYTHON, "-I", "-S", "-c", "print(6 * 7)"], {}, None, 20.0, 256,
+                           MAX_PROCESSES, 1, 4096)
+    if probe.status == "ok" and probe.stdout.strip() == "42":
+        _PROBED.add(setup)
+        return ""
+    detail = (probe.stderr.strip() or probe.message or f"status {probe.status}")[-500:]
+    return f"sandbox unavailable: bubblewrap at {BWRAP} could not start a sandbox here: {detail}"
+
+
+# ----------------------------------------------------------------------------- argument checks
+
+def _check_timeout(timeout_s) -> float:
+    if not isinstance(timeout_s, numbers.Real) or isinstance(timeout_s, bool):
+        raise TypeError(f"timeout_s must be a number of seconds, got {type(timeout_s).__name__} "
+                        f"{timeout_s!r}")
+    t = float(timeout_s)
+    if not (math.isfinite(t) and t > 0):
+        raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
+    return t
+
+
+def _check_count(name: str, value, minimum: int) -> int:
+    from jaxpapers.core.checks import check_int  # lazily: importing checks imports jax
+
+    return check_int(name, value, minimum=minimum)
+
+
+def _check_argv(argv) -> list[str]:
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
+        raise TypeError(f"argv must be a list or tuple of str, got {type(argv).__name__}")
+    if not argv:
+        raise ValueError("argv must name a command, got an empty sequence")
+    for a in argv:
+        if not isinstance(a, str):
+            raise TypeError(f"argv entries must be str, got {type(a).__name__} {a!r}")
+        if "\0" in a:
+            raise ValueError(f"argv entries must not contain NUL characters, got {a!r}")
+    return list(argv)
+
+
+def _check_files(files) -> dict[str, str | bytes]:
+    if files is None:
+        return {}
+    if not isinstance(files, Mapping):
+        raise TypeError(f"files must be a mapping of relative path to text, got "
+                        f"{type(files).__name__}")
+    out = {}
+    for name, content in files.items():
+        if not isinstance(name, str):
+            raise TypeError(f"files keys must be str paths, got {type(name).__name__} {name!r}")
+        parts = name.split("/")
+        if (not name or name.startswith("/") or "\0" in name
+                or any(p in ("", ".", "..") for p in parts)):
+            raise ValueError(f"files keys must be plain relative paths (no '/', '..' or '.' "
+                             f"parts, not absolute), got {name!r}")
+        if not isinstance(content, (str, bytes)):
+            raise TypeError(f"files[{name!r}] must be str or bytes, got "
+                            f"{type(content).__name__}")
+        out[name] = content
+    return out
+
+
+# ----------------------------------------------------------------------------- the sandbox
+
+@functools.lru_cache(maxsize=8)
+def _bwrap_options(bwrap: str) -> frozenset[str]:
+    """Options ``bwrap`` knows among the optional ones (--disable-userns is bwrap >= 0.8)."""
+    try:
+        text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10,
+                              env={"PATH": SANDBOX_PATH}).stdout
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(opt for opt in ("--disable-userns", "--size") if opt in text)
+
+
+def _hidden_dirs() -> list[str]:
+    """Host folders covered by an empty tmpfs: temp dirs, /run, the caller's home, WORK_PARENT."""
+    candidates = ["/tmp", "/var/tmp", "/run", "/root", os.path.expanduser("~"),
+                  tempfile.gettempdir(), os.environ.get("TMPDIR") or "/tmp",
+                  WORK_PARENT or "/tmp"]
+    seen: list[str] = []
+    for c in sorted({os.path.realpath(c) for c in candidates}, key=len):
+        if c == "/" or not os.path.isdir(c):
+            continue
+        if any(c == p or p.startswith(c + "/") for p in _NEVER_HIDE):
+            continue  # hiding it would hide the interpreter or the system
+        if any(c.startswith(s + "/") for s in seen):
+            continue  # already under a hidden folder
+        seen.append(c)
+    return seen
+
+
+def _command(argv: list[str], host_work: str, timeout_s: float, memory_mb: int,
+             max_processes: int, max_file_mb: int) -> list[str]:
+    opts = _bwrap_options(BWRAP)
+    cmd = [SETPRIV, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--"] \
+        if os.geteuid() == 0 else []
+    cmd += [BWRAP, "--unshare-all"]
+    if "--disable-userns" in opts:
+        cmd += ["--unshare-user", "--disable-userns"]
+    cmd += ["--die-with-parent", "--new-session", "--hostname", "sandbox",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    hidden = _hidden_dirs()
+    if "/tmp" not in hidden:  # /tmp is missing on the host: bwrap fails, status "unavailable"
+        hidden.insert(0, "/tmp")
+    for d in hidden + ["/dev/shm"]:
+        mb = TMP_MB if d == "/tmp" else HIDDEN_MB
+        cmd += (["--size", str(mb << 20)] if "--size" in opts else []) + ["--tmpfs", d]
+    cmd += ["--remount-ro", "/dev", "--bind", host_work, SANDBOX_WORK, "--chdir", SANDBOX_WORK,
+            "--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", SANDBOX_WORK,
+            "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8", "--"]
+    cpu = math.ceil(timeout_s) + 1
+    cmd += [PRLIMIT, f"--as={memory_mb << 20}", f"--cpu={cpu}:{cpu + 1}",
+            f"--nproc={max_processes}", f"--fsize={max_file_mb << 20}", "--core=0",
+            f"--nofile={MAX_OPEN_FILES}", "--"]
+    return cmd + argv
+
+
+def _make_work_dir(files: Mapping[str, str | bytes]) -> str:
+    parent = WORK_PARENT or tempfile.gettempdir()
+    work = tempfile.mkdtemp(prefix="jaxpapers-sandbox-", dir=parent)
+    root = os.geteuid() == 0
+    try:
+        for name, content in files.items():
+            path = os.path.join(work, *name.split("/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            data = content.encode() if isinstance(content, str) else content
+            with open(path, "wb") as f:
+                f.write(data)
+        if root:  # hand the folder and what is in it to the sandbox uid
+            for dirpath, dirnames, filenames in os.walk(work):
+                for n in [*dirnames, *filenames]:
+                    os.chown(os.path.join(dirpath, n), SANDBOX_UID, SANDBOX_UID)
+            os.chown(work, SANDBOX_UID, SANDBOX_UID)
+    except BaseException:
+        _remove(work)
+        raise
+    return work
+
+
+def _run_sandboxed(argv, files, stdin, timeout_s, memory_mb, max_processes, max_file_mb,
+                   output_limit) -> SandboxResult:
+    work = _make_work_dir(files)
+    proc = None
+    try:
+        cmd = _command(argv, work, timeout_s, memory_mb, max_processes, max_file_mb)
+        with tempfile.TemporaryFile() as stdin_file:
+            if stdin:
+                stdin_file.write(stdin.encode() if isinstance(stdin, str) else stdin)
+                stdin_file.seek(0)
+            t0 = time.monotonic()
+            # only PATH reaches bwrap: the sandbox's pid 1 is a bwrap process whose original
+            # environment would otherwise be readable in /proc/1/environ
+            try:
+                proc = subprocess.Popen(cmd, stdin=stdin_file, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, cwd="/",
+                                        env={"PATH": SANDBOX_PATH}, start_new_session=True)
+            except OSError as e:
+                return SandboxResult("unavailable", None, "", "",
+                                     message=f"sandbox unavailable: cannot start {cmd[0]}: {e}")
+        out, err, timed_out = _collect(proc, t0 + timeout_s, output_limit)
+        wall_s = time.monotonic() - t0
+        returncode = None if timed_out else proc.returncode
+        result_files = _read_files(work)
+    finally:
+        if proc is not None and proc.returncode is None:
+            _kill(proc)
+        _remove(work)
+
+    notes = []
+    if timed_out:
+        status: Status = "timeout"
+        notes.append(f"killed after the wall-clock limit of {timeout_s:g} s")
+    elif returncode == 128 + signal.SIGXCPU:
+        status = "timeout"
+        notes.append(f"CPU time limit of {math.ceil(timeout_s) + 1} s per process (SIGXCPU)")
+    else:
+        status = "ok" if returncode == 0 else "error"
+    truncated = len(out) > output_limit or len(err) > output_limit
+    for name, data in (("stdout", out), ("stderr", err)):
+        if len(data) > output_limit:
+            notes.append(f"{name} truncated to its first {output_limit} bytes")
+    return SandboxResult(status, returncode, _decode(out[:output_limit]),
+                         _decode(err[:output_limit]), wall_s=wall_s, files=result_files,
+                         truncated=truncated, message="; ".join(notes))
+
+
+def _collect(proc: subprocess.Popen, deadline: float, limit: int) -> tuple[bytes, bytes, bool]:
+    """Read stdout/stderr until both close or the deadline passes; keep ``limit + 1`` bytes each.
+
+    Returns (stdout, stderr, timed_out); the caller cuts each to ``limit`` (one byte more is kept
+    to know that something was cut). On the deadline the sandbox is killed.
+    """
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    timed_out = False
+    with selectors.DefaultSelector() as sel:
+        for fd in bufs:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(remaining):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                buf = bufs[key.fd]
+                if len(buf) <= limit:
+                    buf += chunk[:limit + 1 - len(buf)]
+    if not timed_out:
+        try:  # both pipes closed: the sandbox is ending (a little grace for its exit status)
+            proc.wait(timeout=max(0.2, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    if timed_out:
+        _kill(proc)
+    proc.stdout.close()
+    proc.stderr.close()
+    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), timed_out
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the outer bwrap's process group; --die-with-parent and the pid namespace take
+    every process inside down with it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a process that survives SIGKILL
+        pass
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _read_files(work: str) -> dict[str, str]:
+    """Small UTF-8 regular files in ``work``; links and special files are never opened."""
+    found: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(work):  # does not follow links to folders
+        dirnames.sort()
+        for n in sorted(filenames):
+            if len(found) >= FILES_MAX_COUNT:
+                return found
+            path = os.path.join(dirpath, n)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue  # a symlink (ELOOP), or unreadable
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > FILES_MAX_BYTES:
+                    continue
+                data = os.read(fd, FILES_MAX_BYTES + 1)
+            finally:
+                os.close(fd)
+            try:
+                found[os.path.relpath(path, work).replace(os.sep, "/")] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+    return found
+
+
+def _remove(work: str) -> None:
+    """Delete the work folder; retried briefly, since killed processes may still be exiting."""
+    for _ in range(50):
+        if not os.path.lexists(work):
+            return
+        if os.geteuid() != 0:
+            _make_removable(work)
+        try:
+            shutil.rmtree(work)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _make_removable(work: str) -> None:
+    """Without root, a program may leave folders without write or search permission: fix them
+    (never through a symlink, which could point outside)."""
+    try:
+        os.chmod(work, 0o700)
+    except OSError:
+        return
+    for dirpath, dirnames, _ in os.walk(work):
+        for d in dirnames:
+            p = os.path.join(dirpath, d)
+            if not os.path.islink(p):
+                try:
+                    os.chmod(p, 0o700)
+                except OSError:
+                    pass

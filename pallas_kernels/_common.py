@@ -134,3 +134,20 @@ def resolve(op: str, implementation: Implementation, *, unsupported: str | None 
                       stacklevel=stacklevel)
         return Resolved("xla", interpret, plat)
     return Resolved("pallas", interpret, plat)
+
+
+def time_fn(fn, args_list, *, repeats: int = 20) -> float:
+    """Median microseconds of ``fn(*args)`` cycling through ``args_list`` (after one warm-up
+    call per argument tuple); the benchmarks' one timer (distinct buffers defeat caches)."""
+    import statistics
+    import time
+
+    for a in args_list:
+        jax.block_until_ready(fn(*a))
+    samples = []
+    for r in range(repeats):
+        a = args_list[r % len(args_list)]
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*a))
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(samples)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
+
+from pallas_kernels._common import time_fn
 
 from pallas_kernels.quantized_matmul.kernel import BlockSizes
 from pallas_kernels.quantized_matmul.ops import quantized_matmul
@@ -28,19 +28,6 @@ NUM_BUFFERS = 8
 # Split-K candidates: with M <= 16 and N/bn output tiles (64 at N = 8192) a GPU has too few
 # programs to keep its SMs busy; splitting K multiplies the programs. The best is reported.
 SPLIT_K = (1, 2, 4, 8)
-
-
-def time_fn(fn, args_list, *, repeats: int = 20) -> float:
-    """Median microseconds of ``fn(*args)`` cycling through ``args_list`` (after warm-up)."""
-    for a in args_list:
-        jax.block_until_ready(fn(*a))
-    samples = []
-    for r in range(repeats):
-        a = args_list[r % len(args_list)]
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*a))
-        samples.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(samples)
 
 
 def _bench_shape(s, implementation: str, repeats: int):

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
+
+from pallas_kernels._common import time_fn
 
 from pallas_kernels.sparse_gemv.kernel import BlockSizes
 from pallas_kernels.sparse_gemv.ops import _sparse_gemv
@@ -37,19 +37,6 @@ GPU_BLOCKS = (BlockSizes(128, 64), BlockSizes(64, 128), BlockSizes(128, 128),
 TPU_BLOCKS = (BlockSizes(512, 256), BlockSizes(256, 512), BlockSizes(1024, 256))
 CPU_SHAPES = (Shape("cpu_1024x1024", 1, 1024, 1024, tag="cpu"),
               Shape("cpu_1024x2048", 1, 1024, 2048, tag="cpu"))
-
-
-def time_fn(fn, args_list, *, repeats: int = 20) -> float:
-    """Median microseconds of ``fn(*args)`` cycling through ``args_list`` (after warm-up)."""
-    for a in args_list:
-        jax.block_until_ready(fn(*a))
-    samples = []
-    for r in range(repeats):
-        a = args_list[r % len(args_list)]
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*a))
-        samples.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(samples)
 
 
 def _dense(x, w, tau):

@@ -23,7 +23,8 @@ class Config:
       lengths: detection lengths (bytes of the completion) for AUROC.
       headline_delta, headline_length: the contract's AUROC / TPR setting.
       gamma, wm_key, z_threshold: MarkLLM's defaults.
-      grpo_steps, grpo_prompts, grpo_group, grpo_bytes, grpo_lr, grpo_lam, grpo_process:
+      grpo_steps, grpo_prompts, grpo_group, grpo_bytes, grpo_lr, grpo_lam, grpo_process,
+      grpo_gate_init:
         CodeTracer's GRPO training (prompts drawn from the *training* files); the policy is
         trained once at ``headline_delta`` and evaluated at every delta.
       topk: bytes CodeTracer promotes per gated step.
@@ -53,6 +54,7 @@ class Config:
     grpo_lr: float = 3e-3
     grpo_lam: float = 1.0
     grpo_process: float = 0.1
+    grpo_gate_init: float = 0.0
     topk: int = 16
     exec_per_scheme: int = 64
     null_windows: int = 256

@@ -140,7 +140,7 @@ def run(config: Config, key) -> dict[str, Any]:
                              num_bytes=config.grpo_bytes, temperature=config.temperature,
                              lam=config.grpo_lam, process_weight=config.grpo_process,
                              learning_rate=config.grpo_lr, gamma=config.gamma,
-                             wm_key=config.wm_key)
+                             wm_key=config.wm_key, gate_init=config.grpo_gate_init)
         policy, history = ct.train_codetracer(params, train_prompts, lm_config=cfg,
                                               key=k_grpo, num_steps=config.grpo_steps,
                                               tracer=tracer0, config=grpo)

@@ -177,6 +177,7 @@ class GRPOConfig:
       lam: weight of the watermark reward ``clip(z_dedup / 4, 0, 1)`` (validity has weight 1).
       process_weight: weight of the differentiable process term (mean per step).
       learning_rate: Adam step size. gamma, wm_key: the green lists.
+      gate_init: initial gate logit bias of a fresh policy (0: gate on half the time).
     """
 
     prompts_per_step: int = 4
@@ -188,6 +189,7 @@ class GRPOConfig:
     learning_rate: float = 1e-3
     gamma: float = 0.5
     wm_key: int = 15485863
+    gate_init: float = 0.0
 
 
 def grpo_loss(policy_params, batch, key, *, config, lm_config, tracer: CodeTracer):
@@ -263,7 +265,7 @@ def train_codetracer(lm_params: dict, prompts: Any, *, lm_config, key: jax.Array
         raise ValueError("prompts + num_bytes exceed the LM's max_len")
     k_init, k_data, k_run = jax.random.split(key, 3)
     if policy_params is None:
-        policy_params = policy_init(k_init, hidden=tracer.hidden)
+        policy_params = policy_init(k_init, hidden=tracer.hidden, gate_bias=config.gate_init)
     optimizer = optax.adam(config.learning_rate)
     step_fn = _step_fn(tracer, config, lm_config, optimizer)
     state = core_train.init_train_state(policy_params, optimizer, k_run)

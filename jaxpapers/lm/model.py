@@ -503,26 +503,31 @@ def _decode(params, cache, token, attn_state, config, attn_fn, sparsity=None):
     x = params["embed"][token]  # [B, d]
     attend = dense_attention if attn_fn is None else attn_fn
 
-    def write(slots, new, p):  # slots [Hk, S, D], new [Hk, D]: set slot p
-        zero = jnp.zeros((), p.dtype)  # int32 indices also under jax_enable_x64
-        return lax.dynamic_update_slice(slots, new[:, None, :].astype(slots.dtype),
-                                        (zero, p, zero))
+    bidx = jnp.arange(b)
 
-    def block(x, xs):
-        lp, k_l, v_l, state_l, layer, sp = xs
+    def write(slots, layer, new):  # slots [N, B, Hk, S, D], new [B, Hk, D]: set slot pos[b]
+        # an in-place scatter into the carried cache (a scan over layers with the cache as
+        # input and output would rewrite the whole cache at every step)
+        return slots.at[layer, bidx, :, pos].set(new.astype(slots.dtype))
+
+    def block(carry, xs):
+        x, ck, cv = carry
+        lp, state_l, layer, sp = xs
         site = _site_fn(None, sp, {})
         h = site("attn_in", _rms_norm(x, lp["attn_norm"]))[:, None, :]  # [B, 1, d]
         q, k_new, v_new = _project_qkv(lp, h, pos[:, None, None], c)  # [B, H, 1, D]
-        k_l = jax.vmap(write)(k_l, k_new[:, :, 0], pos)
-        v_l = jax.vmap(write)(v_l, v_new[:, :, 0], pos)
+        ck = write(ck, layer, k_new[:, :, 0])
+        cv = write(cv, layer, v_new[:, :, 0])
+        k_l = lax.dynamic_index_in_dim(ck, layer, keepdims=False)
+        v_l = lax.dynamic_index_in_dim(cv, layer, keepdims=False)
         o = attend(q[:, :, 0], k_l, v_l, pos + 1, state_l, layer)  # [B, Hq, D]
         x = x + _linear(site("attn_out", o.reshape(b, -1)), lp, "wo")
         x = x + _mlp(lp, x, site)
-        return x, (k_l, v_l)
+        return (x, ck, cv), None
 
     layers = jnp.arange(c.n_layers, dtype=jnp.int32)
-    x, (k, v) = lax.scan(block, x, (params["layers"], cache.k, cache.v, attn_state, layers,
-                                    sparsity))
+    (x, k, v), _ = lax.scan(block, (x, cache.k, cache.v),
+                            (params["layers"], attn_state, layers, sparsity))
     logits = _rms_norm(x, params["final_norm"]) @ params["unembed"]
     return logits, KVCache(k=k, v=v, length=pos + 1)
 

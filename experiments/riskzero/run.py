@@ -99,6 +99,20 @@ def _leaf_note(cfg, metrics, c_o) -> str:
             "Y path only pays off once fully evaluated.")
 
 
+def _learner(cfg, env, name):
+    """A learner's ``AgentConfig`` and its jitted trainer vmapped over seed keys."""
+    variant, level = LEARNERS[name](cfg.alpha)
+    acfg = riskzero.AgentConfig(
+        variant=variant, risk_level=level, num_quantiles=cfg.num_quantiles,
+        num_samples=cfg.learn_samples, num_simulations=cfg.learn_simulations,
+        num_envs=cfg.learn_envs, updates_per_iter=cfg.learn_updates_per_iter,
+        batch_size=cfg.learn_batch_size, learning_rate=cfg.learning_rate)
+    fn = jax.jit(jax.vmap(lambda k: riskzero.train_agent(
+        acfg, env, k, num_evals=cfg.learn_evals, iters_per_eval=cfg.learn_iters_per_eval,
+        eval_episodes=cfg.learn_eval_episodes)))
+    return acfg, fn
+
+
 def _learned_paths(acfg, env, params, key, num_episodes, alpha) -> list[dict]:
     """Per seed: the final agent's most frequent greedy path, its share of ``num_episodes``, and the
     exact mean / CVaR_alpha of the agent's greedy policy (the mixture of the paths it took).
@@ -201,21 +215,13 @@ def run(config, key) -> dict:
     if unknown:
         raise ValueError(f"learn_variants: unknown {unknown}; choose from {sorted(LEARNERS)}")
     for name in tqdm(cfg.learn_variants, desc="learning"):
-        variant, level = LEARNERS[name](cfg.alpha)
-        acfg = riskzero.AgentConfig(
-            variant=variant, risk_level=level, num_quantiles=cfg.num_quantiles,
-            num_samples=cfg.learn_samples, num_simulations=cfg.learn_simulations,
-            num_envs=cfg.learn_envs, updates_per_iter=cfg.learn_updates_per_iter,
-            batch_size=cfg.learn_batch_size, learning_rate=cfg.learning_rate)
-        fn = jax.jit(jax.vmap(lambda k: riskzero.train_agent(
-            acfg, env, k, num_evals=cfg.learn_evals, iters_per_eval=cfg.learn_iters_per_eval,
-            eval_episodes=cfg.learn_eval_episodes)))
+        acfg, fn = _learner(cfg, env, name)
         with sw(f"learning/{name}"):
             out = fn(jax.random.split(jax.random.fold_in(k_learn, len(curves)), cfg.learn_seeds))
             mean, cv = np.asarray(out["mean"]), np.asarray(out["cvar"])  # [seeds, evals]
         # in-training evaluations use the learner's own utility level ("cvar25" curves are
         # CVaR_level; level 1 = the mean for the neutral diagnostic)
-        curves[name] = {"mean": mean.tolist(), "cvar25": cv.tolist(), "level": level}
+        curves[name] = {"mean": mean.tolist(), "cvar25": cv.tolist(), "level": acfg.risk_level}
         paths = _learned_paths(acfg, env, out["params"], jax.random.fold_in(
             k_learn, 1000 + len(curves)), cfg.learn_eval_episodes, cfg.alpha)
         curves[name]["paths"] = paths

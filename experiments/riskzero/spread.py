@@ -23,7 +23,7 @@ import numpy as np
 
 from experiments.riskzero import config as config_lib
 from experiments.riskzero import run as run_lib
-from jaxpapers.search import envs, riskzero
+from jaxpapers.search import envs
 
 
 def perturb_learning_rate(cfg, ulps: int):
@@ -44,15 +44,7 @@ def learn(cfg, key, learners) -> dict[str, dict]:
     for i, name in enumerate(cfg.learn_variants):
         if name not in learners:
             continue
-        variant, level = run_lib.LEARNERS[name](cfg.alpha)
-        acfg = riskzero.AgentConfig(
-            variant=variant, risk_level=level, num_quantiles=cfg.num_quantiles,
-            num_samples=cfg.learn_samples, num_simulations=cfg.learn_simulations,
-            num_envs=cfg.learn_envs, updates_per_iter=cfg.learn_updates_per_iter,
-            batch_size=cfg.learn_batch_size, learning_rate=cfg.learning_rate)
-        fn = jax.jit(jax.vmap(lambda k: riskzero.train_agent(
-            acfg, env, k, num_evals=cfg.learn_evals, iters_per_eval=cfg.learn_iters_per_eval,
-            eval_episodes=cfg.learn_eval_episodes)))
+        acfg, fn = run_lib._learner(cfg, env, name)
         res = fn(jax.random.split(jax.random.fold_in(k_learn, i), cfg.learn_seeds))
         paths = run_lib._learned_paths(acfg, env, res["params"],
                                        jax.random.fold_in(k_learn, 1000 + i + 1),

@@ -26,7 +26,6 @@ and differs only in detection), and CodeTracer's policy is another processor.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -37,20 +36,13 @@ import jax.numpy as jnp
 from jaxpapers.core import checks, pytree
 from jaxpapers.lm import model as lm_model
 from jaxpapers.lm._types import LMConfig
-from jaxpapers.watermark import hashing
+from jaxpapers.watermark import detect, hashing
 
 __all__ = ["Scheme", "GenerateOutput", "generate", "initial_context", "next_context",
            "SCHEMES"]
 
 SCHEMES = ("none", "kgw", "sweet", "ewd")
 Processor = Callable[[Any, jax.Array, jax.Array, jax.Array], tuple[jax.Array, Any]]
-
-
-def _entropy(logits: jax.Array) -> jax.Array:
-    """Entropy in nats of ``softmax(logits)`` over the last axis (float32 or wider)."""
-    x = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
-    logp = jax.nn.log_softmax(x, axis=-1)
-    return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +76,7 @@ class Scheme:
         if self.name == "none":
             bias = jnp.zeros_like(logits)
         elif self.name == "sweet":
-            hot = _entropy(logits) > self.entropy_threshold
+            hot = detect.entropy(logits) > self.entropy_threshold
             bias = jnp.where(hot[:, None], bias, jnp.zeros((), logits.dtype))
         return bias, {}
 
@@ -136,7 +128,7 @@ def _generate_impl(params, prompts, key, wm_key, temperature, processor_params, 
         bias, aux = processor(processor_params, logits, green, k_proc)
         tok = jax.random.categorical(k_sample, logits / temperature + bias, axis=-1)
         tok = tok.astype(jnp.int32)
-        ent = _entropy(logits)
+        ent = detect.entropy(logits)
         new_logits, cache = lm_model._decode(params, cache, tok, None, config, None)
         return (cache, new_logits, next_context(ctx, tok, width)), (tok, ent, aux)
 

@@ -1,5 +1,5 @@
-"""Reproducible per-case seeds: ``zlib.crc32`` of the case name, never ``hash()`` (Python salts
-``hash`` of strings per process, so a failure seen once could not be reproduced)."""
+"""Reproducible per-case seeds: ``zlib.crc32`` of the case name, never Python's built-in string
+hash (salted per process, so a failure seen once could not be reproduced)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,9 @@ class Config:
       grpo_steps, grpo_prompts, grpo_group, grpo_bytes, grpo_lr, grpo_lam, grpo_process,
       grpo_gate_init:
         CodeTracer's GRPO training (prompts drawn from the *training* files); the policy is
-        trained once at ``headline_delta`` and evaluated at every delta.
+        trained once at ``headline_delta`` and evaluated at every delta. The gate starts on
+        (logit 2: 88% of steps) so that training learns where to stop watermarking; from a
+        coin flip (0) it turns on during training but ends weaker (README).
       topk: bytes CodeTracer promotes per gated step.
       exec_per_scheme: completions per scheme run in the sandbox (0: skip).
       null_windows, null_keys, null_len: human held-out code windows scored with many keys for
@@ -40,7 +42,7 @@ class Config:
     prompt_len: int = 96
     num_bytes: int = 128
     temperature: float = 0.6
-    deltas: tuple[float, ...] = (1.0, 2.0)
+    deltas: tuple[float, ...] = (1.0, 2.0, 3.0)
     lengths: tuple[int, ...] = (32, 64, 128)
     headline_delta: float = 2.0
     headline_length: int = 64
@@ -54,7 +56,7 @@ class Config:
     grpo_lr: float = 3e-3
     grpo_lam: float = 1.0
     grpo_process: float = 0.1
-    grpo_gate_init: float = 0.0
+    grpo_gate_init: float = 2.0
     topk: int = 16
     exec_per_scheme: int = 64
     null_windows: int = 256
@@ -75,8 +77,8 @@ class Config:
 
 def tiny() -> Config:
     """Seconds: the tiny LM (max_len 128), a few prompts and GRPO steps (numbers meaningless)."""
-    return Config(lm_preset="tiny", num_prompts=16, prompt_len=48, num_bytes=32,
-                  lengths=(16, 32), headline_length=32, grpo_steps=2, grpo_prompts=2,
+    return Config(lm_preset="tiny", num_prompts=16, prompt_len=48, num_bytes=32, deltas=(2.0,),
+                  lengths=(16, 32), headline_length=32, grpo_steps=1, grpo_prompts=2,
                   grpo_group=2, grpo_bytes=16, exec_per_scheme=2, null_windows=8, null_keys=4,
                   null_len=64, bootstrap=50)
 

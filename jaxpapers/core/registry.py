@@ -93,7 +93,7 @@ PAPERS: tuple[Paper, ...] = (
     _p("slate_glm", "Contextual slate GLM bandits under limited adaptivity", "bandits", _IMPL,
        issue=7),
     _p("codetracer", "CodeTracer: syntax-aware watermarking of LLM-generated code", "watermark",
-       Status.IN_PROGRESS, issue=20),
+       _IMPL, issue=20),
     _p("kernelfoundry", "KernelFoundry: quality-diversity search for GPU kernels", "evolve"),
     _p("tdm_r1", "TDM-R1: reinforcement learning for few-step generative models", "diffusion"),
     _p("layer_balancing", "Layer-wise learning-rate balancing in two- and three-layer linear networks",

@@ -6,6 +6,9 @@ reconstruction from the paper's summary (see ``experiments/codetracer/README.md`
 
 * **Policy** (:class:`Policy`, Flax MLP) reads, per step, the LM's 256 next-byte log-probs, their
   entropy and the current context's green mask, and outputs a gate logit and 256 byte scores.
+* **Scores** are a residual on the LM's log-probs (``CodeTracer.prior``): a fresh policy
+  promotes green bytes the LM is likely to emit (sampling them without replacement in proportion
+  to the LM's probabilities), which is where a bias changes the text at all.
 * **Action**: gate ``g_t ~ Bernoulli(sigmoid(gate))`` (straight-through); promoted set ``S_t`` =
   Gumbel top-k of the scores over green printable bytes (:func:`gumbel_topk`, exactly k-hot);
   logits += ``delta g_t 1[v in S_t]``.
@@ -29,19 +32,27 @@ import jax.numpy as jnp
 from jaxpapers.watermark import bias as _bias
 from jaxpapers.watermark.gumbel import gumbel_topk
 
-__all__ = ["Policy", "CodeTracer", "policy_init", "GRPOConfig", "grpo_loss", "train_codetracer",
-           "completion_validity"]
+__all__ = ["Policy", "CodeTracer", "policy_init", "GRPOConfig", "group_advantages",
+           "grpo_surrogate", "grpo_loss", "train_codetracer", "completion_validity"]
+
+
+LOGP_FLOOR = 16.0
 
 
 class Policy(nn.Module):
-    """MLP: [log-probs (V), entropy (1), green mask (V)] -> (gate logit [], byte scores [V])."""
+    """MLP: [probabilities (V), log-probs clipped at -16 and scaled to [-1, 0] (V), entropy /
+    log V (1), green mask (V)] -> (gate logit [], byte scores [V])."""
 
     hidden: int = 64
     vocab: int = 256
 
     @nn.compact
     def __call__(self, logp, ent, green):
-        x = jnp.concatenate([logp, ent[..., None], green.astype(logp.dtype)], axis=-1)
+        # bounded features: the raw log-probs of unlikely bytes reach -30 or below, which made
+        # the first layer's activations (and so every Adam step on the gate) huge
+        x = jnp.concatenate([jnp.exp(logp), jnp.clip(logp, -LOGP_FLOOR, 0.0) / LOGP_FLOOR,
+                             ent[..., None] / jnp.log(self.vocab), green.astype(logp.dtype)],
+                            axis=-1)
         x = nn.relu(nn.Dense(self.hidden)(x))
         x = nn.relu(nn.Dense(self.hidden)(x))
         out = nn.Dense(self.vocab + 1, kernel_init=nn.initializers.zeros)(x)
@@ -75,6 +86,10 @@ class CodeTracer:
       hidden: MLP width.
       tau: relaxation temperature of the top-k's gradient.
       beta: weight of ``KL(biased || LM)`` in the process term.
+      prior: weight of the LM's (clipped) log-probs added to the policy's byte scores, so that a
+        fresh policy's Gumbel top-k draws the promoted bytes in proportion to the LM's
+        probabilities (at 1) instead of uniformly among the ~48 green printable bytes (at 0);
+        the MLP learns a residual. A reconstruction choice (see the module docstring).
 
     Per-step ``aux``: ``logp`` (log-probability of the sampled gate and ordered top-k), ``gate``
     (0/1), ``process`` (green mass after the bias minus ``beta`` KL; differentiable).
@@ -85,6 +100,7 @@ class CodeTracer:
     hidden: int = 64
     tau: float = 1.0
     beta: float = 0.1
+    prior: float = 1.0
 
     def __call__(self, params, logits, green, key):
         """``params``: the policy's variables, or ``(variables, delta)`` with a traced delta."""
@@ -93,6 +109,8 @@ class CodeTracer:
             params, delta = params
         logp_lm, ent = _entropy(logits)
         gate_logit, scores = Policy(hidden=self.hidden).apply(params, logp_lm, ent, green)
+        if self.prior:
+            scores = scores + self.prior * jnp.clip(logp_lm, -LOGP_FLOOR, 0.0)
         b, v = logits.shape
         k_gate, k_top = jax.random.split(key)
         p_gate = jax.nn.sigmoid(gate_logit)
@@ -192,6 +210,30 @@ class GRPOConfig:
     gate_init: float = 0.0
 
 
+def group_advantages(reward: jax.Array, *, group: int) -> jax.Array:
+    """GRPO advantages: ``(r - mean_g) / (std_g + 1e-6)`` within consecutive groups of
+    ``group`` samples of one prompt; ``reward`` [B] with ``B % group == 0`` -> [B] (no gradient).
+    """
+    if reward.ndim != 1 or reward.shape[0] % group:
+        raise ValueError(f"reward must be [B] with B a multiple of group={group}, got "
+                         f"{reward.shape}")
+    r = reward.reshape(-1, group)
+    adv = (r - r.mean(axis=1, keepdims=True)) / (r.std(axis=1, keepdims=True) + 1e-6)
+    return jax.lax.stop_gradient(adv.reshape(-1))
+
+
+def grpo_surrogate(reward: jax.Array, logp: jax.Array, process: jax.Array, *, group: int,
+                   process_weight: float) -> jax.Array:
+    """The loss whose gradient is GRPO's policy gradient plus the process term's.
+
+    ``-mean_b(A_b sum_t logp_bt) - process_weight mean_bt(process_bt)`` with ``A`` from
+    :func:`group_advantages`; ``reward`` [B], ``logp`` and ``process`` [B, N] (the processor's
+    per-step ``aux``).
+    """
+    adv = group_advantages(reward, group=group)
+    return -jnp.mean(adv * jnp.sum(logp, axis=1)) - process_weight * jnp.mean(process)
+
+
 def grpo_loss(policy_params, batch, key, *, config, lm_config, tracer: CodeTracer):
     """GRPO surrogate on one batch of grouped prompts (see the module docstring).
 
@@ -211,12 +253,8 @@ def grpo_loss(policy_params, batch, key, *, config, lm_config, tracer: CodeTrace
                                         dedup=True))(seq)
     validity = _validity_callback(toks)
     reward = validity + config.lam * jnp.clip(z / 4.0, 0.0, 1.0)
-    r = reward.reshape(-1, config.group)
-    adv = (r - r.mean(axis=1, keepdims=True)) / (r.std(axis=1, keepdims=True) + 1e-6)
-    adv = jax.lax.stop_gradient(adv.reshape(-1))
-    logp = jnp.sum(out.aux["logp"], axis=1)
-    process = jnp.mean(out.aux["process"], axis=1)
-    loss = -jnp.mean(adv * logp) - config.process_weight * jnp.mean(process)
+    loss = grpo_surrogate(reward, out.aux["logp"], out.aux["process"], group=config.group,
+                          process_weight=config.process_weight)
     return loss, {"reward": jnp.mean(reward), "validity": jnp.mean(validity),
                   "z_dedup": jnp.mean(z), "gate": jnp.mean(out.aux["gate"])}
 

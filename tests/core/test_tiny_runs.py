@@ -34,6 +34,11 @@ THREAD_DEPENDENT: dict[str, tuple[tuple[str, ...], float, str]] = {
 }
 
 
+def _sandbox_available() -> bool:
+    from jaxpapers.core import sandbox
+    return sandbox.available()
+
+
 # Metric names an issue's "Contract" fixes (outside checks read them): paper -> names.
 CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
     "spon": ("bpb/dense",) + tuple(
@@ -42,6 +47,12 @@ CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
                               ("recovered", ("meancomp", "spon")),
                               ("sparsity/achieved", ("teal", "cats", "meancomp", "spon")))
         for m in methods),
+    "codetracer": tuple(f"{k}/{s}" for k in ("auroc", "tpr4")
+                        for s in ("kgw", "sweet", "ewd", "codetracer"))
+    + tuple(f"validity/{s}" for s in ("none", "kgw", "sweet", "ewd", "codetracer"))
+    + tuple(f"fpr_null/{s}" for s in ("kgw_plain", "kgw_dedup", "sweet", "ewd"))
+    + (tuple(f"exec/{s}" for s in ("none", "kgw", "sweet", "ewd", "codetracer"))
+       if _sandbox_available() else ()),
 }
 
 

@@ -301,7 +301,7 @@ def run(config: Config, key) -> dict[str, Any]:
             f"({hl} bytes, dedup KGW): jitted vmap {speed['speed/jax_seqs_per_s']:.0f} seq/s, "
             f"a position-by-position Python loop (MarkLLM's way) "
             f"{speed['speed/loop_seqs_per_s']:.0f} seq/s ({speed['speed/ratio']:.0f}x; "
-            f"max |z| difference {metrics['speed/max_abs_z_diff']:.1e}). CodeTracer's gate was on "
+            f"max |z| difference {speed['speed/max_abs_z_diff']:.1e}). CodeTracer's gate was on "
             f"at {metrics['codetracer/gate_rate']:.2f} of its steps; GRPO reward "
             f"{metrics['grpo/reward_first']:.3f} -> {metrics['grpo/reward_last']:.3f}")
     return {"metrics": metrics, "claims": claims,

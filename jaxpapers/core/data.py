@@ -1,5 +1,6 @@
-"""Offline data sources: scikit-learn's bundled sets, the Python standard library as a code corpus,
-and an adapter for tensorflow-datasets data the user already has on disk.
+"""Offline data sources: scikit-learn's bundled sets, networkx's classic small graphs, the Python
+standard library as a code corpus, and an adapter for tensorflow-datasets data the user already has
+on disk.
 
 Nothing here downloads anything. Splits are deterministic: the same seed gives the same split on
 every machine, and the code corpus splits files by a hash of their relative path, so adding a file
@@ -17,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayDataset", "SKLEARN_DATASETS", "load_sklearn", "CodeCorpus", "stdlib_corpus",
-           "encode_bytes", "decode_bytes", "sample_windows", "tfds_batches"]
+__all__ = ["ArrayDataset", "SKLEARN_DATASETS", "load_sklearn", "NETWORKX_GRAPHS", "networkx_graph",
+           "CodeCorpus", "stdlib_corpus", "encode_bytes", "decode_bytes", "sample_windows",
+           "tfds_batches"]
 
 SKLEARN_DATASETS = ("iris", "digits", "wine", "breast_cancer", "diabetes")
 _REGRESSION = {"diabetes"}
@@ -70,6 +72,53 @@ def load_sklearn(name: str, *, test_fraction: float = 0.25, seed: int = 0,
     y = np.asarray(y, np.float32 if regression else np.int32)
     return ArrayDataset(name, x[tr].astype(np.float32), y[tr], x[te].astype(np.float32), y[te],
                         0 if regression else int(y.max()) + 1)
+
+
+NETWORKX_GRAPHS = ("karate_club", "les_miserables", "florentine_families", "davis_southern_women")
+# integer node attributes returned with each graph: name -> {attribute: sorted category values}
+_NETWORKX_ATTRS = {"karate_club": {"club": ("Mr. Hi", "Officer")},
+                   "davis_southern_women": {"bipartite": (0, 1)}}
+
+
+def networkx_graph(name: str) -> tuple[np.ndarray, np.ndarray, int, dict[str, np.ndarray]]:
+    """One of networkx's bundled classic graphs as a symmetric edge list (no network).
+
+    Nodes are relabelled ``0 .. N-1`` in the sorted order of their networkx labels (ints for the
+    karate club, names for the others). Every undirected edge appears in both directions, sorted
+    by (sender, receiver); edge weights (Les Miserables' co-occurrence counts) are dropped. Feed
+    the result to ``jaxpapers.graph.from_edges(senders, receivers, num_nodes=num_nodes)``.
+
+    Graphs (N nodes, undirected edges): ``"karate_club"`` (34, 78; Zachary 1977),
+    ``"les_miserables"`` (77, 254), ``"florentine_families"`` (15, 20),
+    ``"davis_southern_women"`` (32 = 18 women + 14 events, 89; bipartite).
+
+    Args:
+      name: one of :data:`NETWORKX_GRAPHS`.
+
+    Returns:
+      ``(senders, receivers, num_nodes, attrs)``: [2M] int32 arrays, N, and a dict of [N] int32
+      node attributes: ``"club"`` for the karate club (0 = "Mr. Hi", 1 = "Officer"),
+      ``"bipartite"`` for Davis (0 = woman, 1 = event), empty for the others.
+
+    >>> s, r, n, attrs = networkx_graph("karate_club")
+    >>> n, len(s), sorted(attrs), np.bincount(attrs["club"]).tolist()
+    (34, 156, ['club'], [17, 17])
+    """
+    if name not in NETWORKX_GRAPHS:
+        raise ValueError(f"name must be one of {NETWORKX_GRAPHS}, got {name!r}")
+    import networkx as nx
+
+    g = getattr(nx, f"{name}_graph")()
+    nodes = sorted(g.nodes())
+    index = {v: i for i, v in enumerate(nodes)}
+    pairs = set()
+    for u, v in g.edges():
+        a, b = index[u], index[v]
+        pairs.update(((a, b), (b, a)))
+    edges = np.array(sorted(pairs), np.int32).reshape(-1, 2)
+    attrs = {att: np.array([values.index(g.nodes[v][att]) for v in nodes], np.int32)
+             for att, values in _NETWORKX_ATTRS.get(name, {}).items()}
+    return edges[:, 0].copy(), edges[:, 1].copy(), len(nodes), attrs
 
 
 @dataclasses.dataclass(frozen=True)

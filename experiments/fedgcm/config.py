@@ -70,7 +70,7 @@ class Config:
 def tiny() -> Config:
     """Seconds: 4 small clients, 4 rounds, 2 seeds (numbers meaningless)."""
     return Config(num_clients=4, nodes_per_client=60, hidden=16, num_rounds=4, num_groups=2,
-                  mean_degree=6.0, num_seeds=2, alphas=(0.0, 0.5, 1.0))
+                  mean_degree=6.0, num_seeds=2)
 
 
 def small() -> Config:

@@ -102,7 +102,7 @@ PAPERS: tuple[Paper, ...] = (
     _p("spon", "SPON: activation sparsity for LLM inference", "sparsity", _IMPL,
        issue=19),
     _p("fedgcm", "FedGCM: federated graph learning under homophily heterogeneity", "federated",
-       Status.IN_PROGRESS, issue=21),
+       _IMPL, issue=21),
     _p("dive", "DIVE: synthesized agentic tasks for robust tool use", "benchmarks"),
     _p("binarypc", "BinaryPC: binary-hash sparse attention for long contexts", "attention",
        _IMPL, issue=6),

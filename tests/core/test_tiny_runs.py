@@ -53,6 +53,11 @@ CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
     + tuple(f"fpr_null/{s}" for s in ("kgw_plain", "kgw_dedup", "sweet", "ewd"))
     + (tuple(f"exec/{s}" for s in ("none", "kgw", "sweet", "ewd", "codetracer"))
        if _sandbox_available() else ()),
+    "fedgcm": tuple(f"{k}/{m}" for k in ("acc", "acc_low")
+                    for m in ("local", "fedavg", "fedprox", "pcgrad", "grouped_official",
+                              "grouped_norm", "fedgcm_official", "fedgcm_norm"))
+    + ("spearman/official", "spearman/norm")
+    + tuple(f"sweep/alpha{a}" for a in ("0", "0.2", "0.5", "1")),
 }
 
 

@@ -39,7 +39,7 @@ def test_readme_python_example_runs():
 def test_install_lines_pin_the_published_versions():
     """The README installs with constraints.txt, which pins what decides the published numbers."""
     readme = (ROOT / "README.md").read_text()
-    assert readme.count('pip install -q -c constraints.txt -e ".[test,data]"') >= 2
+    assert readme.count('pip install -q -c constraints.txt -e ".[test,data,federated]"') >= 2
     pins = {}
     for line in (ROOT / "constraints.txt").read_text().splitlines():
         line = line.split("#")[0].strip()

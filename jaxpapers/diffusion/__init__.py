@@ -3,10 +3,12 @@
 ``sample(denoise_fn, params, key, x_T, *, schedule, sampler, steps, coeffs=None)`` runs DDIM,
 Euler, Euler-ancestral, LCM / consistency multistep, TCD (PCM) or flow-match Euler as one
 ``lax.scan``; Q-Sched's per-step coefficients ``{m: [N], s: [N]}`` scale the model output and the
-sample inside each step (all ones: the plain sampler).
+sample inside each step (all ones: the plain sampler). ``train_dpo`` fine-tunes the EDM denoiser
+with Diffusion-DPO against a frozen reference (:mod:`jaxpapers.diffusion.preference`).
 """
 
 from jaxpapers.diffusion._types import DenoiseFn, QSchedCoeffs, ScoreFn
+from jaxpapers.diffusion.preference import diffusion_dpo_loss, diffusion_dpo_terms, train_dpo
 from jaxpapers.diffusion.qsched import (CalibrationProblem, GradientCalibration,
                                         GridCalibration, calibrate_gradient, calibrate_grid,
                                         jaq_objective, jaq_score, ones_coeffs, ramp_coeffs)
@@ -34,4 +36,6 @@ __all__ = [
     # training
     "init_mlp", "mlp_apply", "edm_denoiser", "consistency_denoiser", "edm_loss", "train_edm",
     "distill_consistency",
+    # preference optimisation (Diffusion-DPO)
+    "diffusion_dpo_loss", "diffusion_dpo_terms", "train_dpo",
 ]

@@ -8,6 +8,8 @@ is pure and works under ``jax.jit`` / ``jax.vmap`` (``dirichlet_partition`` is h
 * sampling: :func:`sample_clients`, :func:`dirichlet_partition`;
 * client training: :func:`local_train` (one client), :func:`client_map` (vmap / shard_map over
   clients);
+* FedPDG (reconstruction): :func:`prediction_discrepancy`, :func:`select_top`,
+  :func:`preference_pairs` and the balance-oriented baseline :func:`balanced_allocation`;
 * server-side surgery: :func:`rpgrad` and :func:`fedgcm_server_step` (FedGCM), :func:`pcgrad`,
   :func:`group_clients`;
 * whole runs: :func:`grouped_rounds` (one ``lax.scan`` over rounds of grouped models with an
@@ -19,6 +21,8 @@ is pure and works under ``jax.jit`` / ``jax.vmap`` (``dirichlet_partition`` is h
 
 from jaxpapers.federated.aggregate import (fedavg, fedprox_penalty, flatten, grouped_average,
                                            unflatten_like)
+from jaxpapers.federated.fedpdg import (balanced_allocation, prediction_discrepancy,
+                                        preference_pairs, select_top)
 from jaxpapers.federated.flower import (arrays_to_params, make_client_app, make_server_app,
                                         params_to_arrays, run_simulation)
 from jaxpapers.federated.local import client_map, local_train
@@ -28,6 +32,7 @@ from jaxpapers.federated.surgery import fedgcm_server_step, group_clients, pcgra
 
 __all__ = [
     "arrays_to_params",
+    "balanced_allocation",
     "client_map",
     "cosine_lr",
     "dirichlet_partition",
@@ -43,8 +48,11 @@ __all__ = [
     "make_server_app",
     "params_to_arrays",
     "pcgrad",
+    "prediction_discrepancy",
+    "preference_pairs",
     "rpgrad",
     "run_simulation",
     "sample_clients",
+    "select_top",
     "unflatten_like",
 ]

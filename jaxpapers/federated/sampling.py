@@ -48,15 +48,16 @@ def sample_clients(key: jax.Array, num_clients: int, num_sampled: int) -> jax.Ar
     return jnp.sort(ids).astype(jnp.int32)
 
 
-def dirichlet_partition(key: jax.Array, labels: ArrayLike, num_clients: int, alpha: float, *,
-                        min_size: int = 10, max_tries: int = 1000) -> np.ndarray:
+def dirichlet_partition(key: jax.Array, labels: ArrayLike, *, num_clients: int, alpha: float,
+                        min_size: int = 1, max_tries: int = 1000
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """Label-Dirichlet non-IID split of ``N`` samples over ``num_clients`` clients.
 
-    The common recipe (Hsu et al. 2019; the NIID-Bench / FedML ``partition_data`` code): for each
-    class ``y``, draw ``p ~ Dir(alpha 1_C)``, zero the share of clients that already hold
-    ``>= N / C`` samples, renormalise, and cut the shuffled indices of class ``y`` at
-    ``cumsum(p) * n_y``. The whole draw is repeated until every client holds at least
-    ``min_size`` samples (at most ``max_tries`` draws). Smaller ``alpha`` means more skew.
+    The common recipe (Hsu et al. 2019): for each class ``y``, draw proportions
+    ``p ~ Dir(alpha 1_C)`` over the clients and cut the class's shuffled indices at
+    ``cumsum(p) * n_y``; redraw everything until every client holds at least ``min_size``
+    samples (at most ``max_tries`` draws). Smaller ``alpha`` means more skew; as
+    ``alpha -> inf`` every client's label distribution tends to the global one.
 
     Host-side NumPy (not jittable): the generator is seeded from ``key``
     (:func:`jaxpapers.core.rng.numpy_rng`), so the split is a deterministic function of the key.
@@ -71,8 +72,9 @@ def dirichlet_partition(key: jax.Array, labels: ArrayLike, num_clients: int, alp
       max_tries: how many full draws to attempt before giving up.
 
     Returns:
-      ``[N]`` int32 NumPy array: the client id in ``[0, C)`` of every sample (each sample in
-      exactly one client).
+      ``(indices, mask)``: ``[C, M]`` int32 sample indices of each client (ascending, padded
+      with 0) and ``[C, M]`` bool (True for real entries), ``M`` the largest client's size;
+      every sample is in exactly one client.
 
     Raises:
       ValueError: ``labels`` not 1-D / not integer / traced; ``alpha <= 0``; ``num_clients < 1``;
@@ -81,9 +83,10 @@ def dirichlet_partition(key: jax.Array, labels: ArrayLike, num_clients: int, alp
 
     >>> import jax, numpy as np
     >>> y = np.repeat(np.arange(3), 20)                       # N = 60, 3 classes
-    >>> part = dirichlet_partition(jax.random.key(0), y, 4, 0.5, min_size=5)
-    >>> part.shape, int(np.bincount(part, minlength=4).min()) >= 5
-    ((60,), True)
+    >>> idx, mask = dirichlet_partition(jax.random.key(0), y, num_clients=4, alpha=0.5,
+    ...                                 min_size=5)
+    >>> int(mask.sum()), bool(mask.sum(1).min() >= 5), sorted(idx[mask].tolist()) == list(range(60))
+    (60, True, True)
     """
     check_key("key", key)
     if is_tracer(labels):
@@ -105,24 +108,23 @@ def dirichlet_partition(key: jax.Array, labels: ArrayLike, num_clients: int, alp
     classes = np.unique(y)
     for _ in range(tries):
         buckets: list[list[np.ndarray]] = [[] for _ in range(c)]
-        sizes = np.zeros(c, np.int64)
         for cls in classes:
             idx = np.flatnonzero(y == cls)
             rng.shuffle(idx)
-            p = rng.dirichlet(np.full(c, float(alpha)))
-            p = np.nan_to_num(p)  # tiny alpha can underflow to 0 / NaN
-            balanced = p * (sizes < n / c)  # do not grow clients already over N / C
-            if balanced.sum() > 0:
-                p = balanced
+            p = np.nan_to_num(rng.dirichlet(np.full(c, float(alpha))))  # tiny alpha: 0 / NaN
             p = p / p.sum() if p.sum() > 0 else np.full(c, 1.0 / c)
-            cuts = (np.cumsum(p) * len(idx)).astype(np.int64)[:-1]
+            cuts = np.round(np.cumsum(p) * len(idx)).astype(np.int64)[:-1]
             for j, part in enumerate(np.split(idx, cuts)):
                 buckets[j].append(part)
-                sizes[j] += len(part)
+        sizes = np.array([sum(len(b) for b in bs) for bs in buckets])
         if sizes.min() >= m:
-            out = np.full(n, -1, np.int32)
+            width = max(int(sizes.max()), 1)
+            indices = np.zeros((c, width), np.int32)
+            mask = np.zeros((c, width), bool)
             for j in range(c):
-                out[np.concatenate(buckets[j]) if buckets[j] else np.empty(0, np.int64)] = j
-            return out
+                got = np.sort(np.concatenate(buckets[j])) if buckets[j] else np.empty(0, int)
+                indices[j, :got.size] = got
+                mask[j, :got.size] = True
+            return indices, mask
     raise ValueError(f"no Dirichlet draw in max_tries={tries} gave every one of the {c} clients "
                      f"min_size={m} samples; raise alpha={alpha} or lower min_size")

@@ -143,22 +143,37 @@ def test_sample_clients_deterministic_distinct_and_jittable(key):
         fl.sample_clients(jax.random.PRNGKey(0), 4, 2)
 
 
+def _ids(indices, mask, n):
+    """Client id of every sample from (indices, mask); -1 if unassigned, -2 if assigned twice."""
+    out = np.full(n, -1)
+    for c in range(indices.shape[0]):
+        for i in indices[c][mask[c]]:
+            out[i] = c if out[i] == -1 else -2
+    return out
+
+
 def test_dirichlet_partition(key):
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 5, 600)
     k1, k2 = jax.random.split(key)
-    part = fl.dirichlet_partition(k1, labels, 8, 0.3, min_size=10)
-    np.testing.assert_array_equal(part, fl.dirichlet_partition(k1, labels, 8, 0.3, min_size=10))
-    assert part.shape == (600,) and part.dtype == np.int32
-    assert part.min() >= 0 and part.max() < 8  # every index assigned exactly one client
+    idx, mask = fl.dirichlet_partition(k1, labels, num_clients=8, alpha=0.3, min_size=10)
+    idx2, mask2 = fl.dirichlet_partition(k1, labels, num_clients=8, alpha=0.3, min_size=10)
+    np.testing.assert_array_equal(idx, idx2)
+    np.testing.assert_array_equal(mask, mask2)
+    assert idx.dtype == np.int32 and mask.dtype == bool and idx.shape == mask.shape
+    assert idx.shape[0] == 8 and idx.shape[1] == mask.sum(1).max()
+    part = _ids(idx, mask, 600)
+    assert part.min() >= 0  # every index in exactly one client
     sizes = np.bincount(part, minlength=8)
     assert sizes.sum() == 600 and sizes.min() >= 10
-    assert not np.array_equal(part, fl.dirichlet_partition(k2, labels, 8, 0.3, min_size=10))
+    assert not np.array_equal(idx, fl.dirichlet_partition(k2, labels, num_clients=8, alpha=0.3,
+                                                          min_size=10)[0])
 
     def skew(alpha):  # mean over clients of the share of their largest class
         shares = []
         for s in range(5):
-            p = fl.dirichlet_partition(jax.random.key(s), labels, 8, alpha, min_size=5)
+            p = _ids(*fl.dirichlet_partition(jax.random.key(s), labels, num_clients=8,
+                                             alpha=alpha, min_size=5), 600)
             for c in range(8):
                 y = labels[p == c]
                 shares.append(np.bincount(y, minlength=5).max() / max(len(y), 1))
@@ -168,11 +183,25 @@ def test_dirichlet_partition(key):
     # one class per client (largest share near 1)
     assert skew(0.1) > 0.6 > 0.35 > skew(1000.0)
     with pytest.raises(ValueError, match="alpha"):
-        fl.dirichlet_partition(key, labels, 8, 0.0)
+        fl.dirichlet_partition(key, labels, num_clients=8, alpha=0.0)
+    with pytest.raises(ValueError, match="alpha"):
+        fl.dirichlet_partition(key, labels, num_clients=8, alpha=-1.0)
     with pytest.raises(ValueError, match="min_size"):
-        fl.dirichlet_partition(key, labels, 8, 0.5, min_size=100)
+        fl.dirichlet_partition(key, labels, num_clients=8, alpha=0.5, min_size=100)
     with pytest.raises(ValueError, match="labels"):
-        fl.dirichlet_partition(key, labels.reshape(2, -1), 8, 0.5)
+        fl.dirichlet_partition(key, labels.reshape(2, -1), num_clients=8, alpha=0.5)
+
+
+def test_dirichlet_partition_large_alpha_matches_the_global_label_distribution(key):
+    """alpha = 1e4: the proportions are ~1/C, so each client gets ~n_y / C of every class up to
+    the cut rounding (+-1 per class): per-client TV to the global distribution <= 0.05."""
+    labels = np.random.default_rng(1).integers(0, 10, 5000)
+    idx, mask = fl.dirichlet_partition(key, labels, num_clients=10, alpha=1e4)
+    glob = np.bincount(labels, minlength=10) / labels.size
+    for c in range(10):
+        y = labels[idx[c][mask[c]]]
+        tv = 0.5 * np.abs(np.bincount(y, minlength=10) / y.size - glob).sum()
+        assert tv <= 0.05, (c, tv)
 
 
 # ------------------------------------------------------------------------------ local training

@@ -1,0 +1,1 @@
+"""Pieces several experiments share (not a paper; nothing under ``jaxpapers/`` imports it)."""

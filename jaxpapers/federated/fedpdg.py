@@ -89,7 +89,7 @@ def prediction_discrepancy(p_global: ArrayLike, p_local: ArrayLike,
     >>> import jax.numpy as jnp
     >>> pg = jnp.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]])
     >>> pl = jnp.array([[0.3, 0.7], [0.1, 0.9], [0.5, 0.5]])
-    >>> prediction_discrepancy(pg, pl, jnp.array([0, 1, 0])).round(3).tolist()
+    >>> [round(float(d), 3) for d in prediction_discrepancy(pg, pl, jnp.array([0, 1, 0]))]
     [0.6, 0.0, 0.0]
     """
     check_ndim("p_global", p_global, 2, "[N, C]")

@@ -31,6 +31,7 @@ class Config:
         generator.
       pool_per_class: candidates per class the server sends (every method draws from them).
       budget_ratio: r, each client receives ``r |D_k|`` synthetic samples.
+      budget_sweep: other r at which balanced and FedPDG are also run (diagnostic).
       num_seeds: repetitions (split, clients, classifier, DPO, sampling), vmapped where possible.
     """
 
@@ -60,6 +61,7 @@ class Config:
     dpo_beta: float = 50.0
     pool_per_class: int = 80
     budget_ratio: float = 0.5
+    budget_sweep: tuple[float, ...] = (0.25, 1.0)
     num_seeds: int = 3
 
     def __post_init__(self):
@@ -78,7 +80,7 @@ def tiny() -> Config:
     return Config(num_clients=4, hidden=32, warmup_rounds=3, rounds=3, finetune_steps=3,
                   gen_hidden=32, gen_depth=1, gen_steps=50, gen_batch=32, sample_steps=4,
                   dpo_candidates=12, dpo_steps=5, dpo_batch=8, pool_per_class=12, num_seeds=2,
-                  min_size=2)
+                  min_size=2, budget_sweep=(1.0,))
 
 
 def small() -> Config:

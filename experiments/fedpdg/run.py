@@ -314,11 +314,18 @@ def run(config: Config, key) -> dict[str, Any]:
                 "fedpdg": ("dpo", *select("fedpdg", None, np.asarray(pool_y), budgets, counts,
                                           p_g, p_l, r)),
             }
+            for ratio in config.budget_sweep:  # the same selections at other budgets
+                b_r = np.round(ratio * mask.sum(1)).astype(int)
+                chosen[f"balanced_r{ratio:g}"] = ("dpo", *select(
+                    "balanced", None, np.asarray(pool_y), b_r, counts, None, None, r))
+                chosen[f"fedpdg_r{ratio:g}"] = ("dpo", *select(
+                    "fedpdg", None, np.asarray(pool_y), b_r, counts, p_g, p_l, r))
+            names = all_methods(config)
             b_max = max(v[1].shape[1] for v in chosen.values())
             m_local = cdata["x"].shape[1]
             batch = []
-            tv = {}
-            for m in METHODS:
+            tv, tv_syn = {}, {}
+            for m in names:
                 xs = np.zeros((config.num_clients, m_local + b_max, DIM), np.float32)
                 ys = np.zeros((config.num_clients, m_local + b_max), np.int32)
                 ws = np.zeros((config.num_clients, m_local + b_max), np.float32)
@@ -333,23 +340,27 @@ def run(config: Config, key) -> dict[str, Any]:
                     ws[:, m_local:m_local + width] = sel
                     tv[m] = tv_to_global(np.asarray(cdata["y"]), np.asarray(cdata["w"]),
                                          py[idx], sel, global_p)
+                    syn = np.bincount(py[idx][sel], minlength=NUM_CLASSES)
+                    tv_syn[m] = float(0.5 * np.abs(syn / max(syn.sum(), 1) - global_p).sum())
+                    top3 = np.argsort(-global_p)[:3]
+                    tv_syn[m + "/top3"] = float(syn[top3].sum() / max(syn.sum(), 1))
                 batch.append({"x": xs, "y": ys, "w": ws})
             tv["local"] = tv_to_global(np.asarray(cdata["y"]), np.asarray(cdata["w"]), None,
                                        None, global_p)
             stacked = jax.tree.map(lambda *a: jnp.asarray(np.stack(a)), *batch)
-            mus = jnp.asarray([config.fedprox_mu if m == "fedprox" else 0.0 for m in METHODS],
+            mus = jnp.asarray([config.fedprox_mu if m == "fedprox" else 0.0 for m in names],
                               jnp.float32)
         with sw("federated"):
             w_final, acc_curve = phase2(w_g, stacked, k_fed, mus)
             per_class = []
-            for i in range(len(METHODS)):
+            for i in range(len(names)):
                 pred = np.asarray(jnp.argmax(logits_fn(jax.tree.map(lambda a: a[i], w_final),
                                                        x_te), -1))
                 per_class.append([float(np.mean(pred[np.asarray(y_te) == c] == c))
                                   for c in range(NUM_CLASSES)])
         per_seed.append({"acc": np.asarray(acc_curve)[:, -1], "curve": np.asarray(acc_curve),
                          "warm": np.asarray(acc_warm), "per_class": np.array(per_class),
-                         "tv": tv, "score_before": score_before, "score_after": score_after,
+                         "tv": tv, "tv_syn": tv_syn, "score_before": score_before, "score_after": score_after,
                          "fid": fid, "dpo_acc": float(np.mean(np.asarray(
                              dpo_hist["implicit_accuracy"])[-20:])),
                          "pairs": int(len(win)),
@@ -360,6 +371,12 @@ def run(config: Config, key) -> dict[str, Any]:
     return _summarise(config, per_seed, data, gen_info, sw)
 
 
+def all_methods(config: Config) -> list[str]:
+    """The contract's methods, then the budget sweep's (balanced and FedPDG at other r)."""
+    return list(METHODS) + [f"{k}_r{r:g}" for r in config.budget_sweep
+                            for k in ("balanced", "fedpdg")]
+
+
 def _paired(a, b):
     d = np.asarray(a) - np.asarray(b)
     se = d.std(ddof=1) / np.sqrt(d.size) if d.size > 1 else float("nan")
@@ -368,12 +385,21 @@ def _paired(a, b):
 
 def _summarise(config, per_seed, data, gen_info, sw):
     acc = np.stack([p["acc"] for p in per_seed])  # [S, M]
+    names = all_methods(config)
     metrics: dict[str, float] = {}
-    for i, m in enumerate(METHODS):
+    for i, m in enumerate(names):
         metrics[f"acc/{m}"] = float(acc[:, i].mean())
         metrics[f"acc_std/{m}"] = float(acc[:, i].std(ddof=1)) if len(acc) > 1 else 0.0
-    for m in ("balanced", "unguided", "fedpdg", "fedpdg_nodpo", "local"):
+    for m in names[2:] + ["local"]:
         metrics[f"tv_to_global/{m}"] = float(np.mean([p["tv"][m] for p in per_seed]))
+    for m in names[2:]:
+        metrics[f"tv_synthetic/{m}"] = float(np.mean([p["tv_syn"][m] for p in per_seed]))
+        metrics[f"synthetic_top3_share/{m}"] = float(np.mean([p["tv_syn"][m + "/top3"]
+                                                              for p in per_seed]))
+    order = np.argsort(-np.bincount(data["y_train"], minlength=NUM_CLASSES))
+    metrics["global_top3_share"] = float(np.sort(np.bincount(
+        data["y_train"], minlength=NUM_CLASSES))[::-1][:3].sum() / len(data["y_train"]))
+    del order
     metrics["dpo/score_before"] = float(np.mean([p["score_before"] for p in per_seed]))
     metrics["dpo/score_after"] = float(np.mean([p["score_after"] for p in per_seed]))
     metrics["dpo/implicit_accuracy"] = float(np.mean([p["dpo_acc"] for p in per_seed]))
@@ -420,9 +446,14 @@ def _summarise(config, per_seed, data, gen_info, sw):
               baselines={"before": metrics["dpo/score_before"]}),
     ]
     rows = [(m, metrics[f"acc/{m}"], metrics[f"acc_std/{m}"],
-             metrics.get(f"tv_to_global/{m}", float("nan"))) for m in METHODS]
+             metrics.get(f"tv_to_global/{m}", metrics["tv_to_global/local"]),
+             metrics.get(f"tv_synthetic/{m}", float("nan")),
+             metrics.get(f"synthetic_top3_share/{m}", float("nan"))) for m in names]
     table = markdown_table(("method", f"test acc ({config.num_seeds} seeds)", "sd",
-                            "TV(augmented clients, global)"), rows)
+                            "TV(augmented clients, global); FedAvg / FedProx: local data",
+                            "TV(synthetic labels pooled, global)",
+                            "share of synthetic in the 3 most frequent classes "
+                            f"(global: {metrics['global_top3_share']:.2f})"), rows)
     diff_table = markdown_table(("paired difference", "mean", "se", "t"),
                                 [(f"{a} - {b}", *v) for (a, b), v in pairs.items()])
     gen_table = markdown_table(
@@ -434,7 +465,7 @@ def _summarise(config, per_seed, data, gen_info, sw):
     order = [int(c) for c in data["class_order"]]
     class_table = markdown_table(
         ("method",) + tuple(f"class {c} (rank {k})" for k, c in enumerate(order)),
-        [(m,) + tuple(per_class[i, c] for c in order) for i, m in enumerate(METHODS)])
+        [(m,) + tuple(per_class[i, c] for c in order) for i, m in enumerate(names)])
     curves = np.mean([p["curve"] for p in per_seed], axis=0)  # [M, R]
     warm = np.mean([p["warm"] for p in per_seed], axis=0)
     return {"metrics": metrics, "claims": claims,
@@ -445,7 +476,7 @@ def _summarise(config, per_seed, data, gen_info, sw):
                        f"train / test rows {len(data['y_train'])} / {len(data['y_test'])}; "
                        f"public rows {len(data['y_pub'])}"],
             "data": {"curves": curves.tolist(), "warmup": warm.tolist(),
-                     "methods": list(METHODS), "examples": per_seed[0]["examples"]},
+                     "methods": names, "examples": per_seed[0]["examples"]},
             "timings": sw.seconds}
 
 

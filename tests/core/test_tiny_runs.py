@@ -58,6 +58,11 @@ CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
                               "grouped_norm", "fedgcm_official", "fedgcm_norm"))
     + ("spearman/official", "spearman/norm")
     + tuple(f"sweep/alpha{a}" for a in ("0", "0.2", "0.5", "1")),
+    "fedpdg": tuple(f"{k}/{m}" for k in ("acc", "acc_std")
+                    for m in ("fedavg", "fedprox", "balanced", "unguided", "fedpdg_nodpo",
+                              "fedpdg"))
+    + tuple(f"tv_to_global/{m}" for m in ("balanced", "unguided", "fedpdg"))
+    + ("dpo/score_before", "dpo/score_after"),
 }
 
 

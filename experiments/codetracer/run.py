@@ -196,7 +196,7 @@ def run(config: Config, key) -> dict[str, Any]:
             seq = jnp.concatenate([jnp.asarray(prompts[:, -1:]), out.tokens], axis=1)
             full = jnp.concatenate([jnp.asarray(prompts), out.tokens], axis=1)
             ent, se, bits = _lm_view(params, full, cfg, config.gamma,
-                                     max(d, config.headline_delta))
+                                     config.headline_delta)
             p = config.prompt_len - 1  # seq[:, j] = full[:, p + j]
             ent, se, bits = ent[:, p:], se[:, p:], bits[:, p + 1:]
             quality[(s, d)] = {"bits": float(jnp.mean(bits)),

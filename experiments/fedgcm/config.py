@@ -58,11 +58,17 @@ class Config:
             raise ValueError(f"num_clients must be >= 2, got {self.num_clients}")
         if not 0 <= self.homophily_low <= self.homophily_high <= 1:
             raise ValueError("need 0 <= homophily_low <= homophily_high <= 1")
-        if not 0 < self.split[0] and 0 < self.split[1] and sum(self.split) < 1:
+        if not (0 < self.split[0] and 0 < self.split[1] and sum(self.split) < 1):
             raise ValueError(f"split must be two positive fractions summing below 1, got "
                              f"{self.split}")
         if self.alpha not in self.alphas or 0.0 not in self.alphas:
             raise ValueError("alphas must contain 0 and alpha")
+        if not 1 <= self.num_groups <= self.num_clients:
+            raise ValueError(f"num_groups must be in 1..num_clients={self.num_clients}, got "
+                             f"{self.num_groups}")
+        if self.low_homophily < self.homophily_low:
+            raise ValueError("low_homophily must be >= homophily_low (the low subset would be "
+                             "empty)")
         if self.num_seeds < 1:
             raise ValueError(f"num_seeds must be >= 1, got {self.num_seeds}")
 

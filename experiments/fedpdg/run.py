@@ -199,18 +199,29 @@ def select(method: str, pool_x, pool_y, budgets, client_counts, p_global, p_loca
         b = int(budgets[k])
         if b == 0:
             continue
+        if b > len(pool_y):
+            raise ValueError(f"budget {b} of client {k} exceeds the pool ({len(pool_y)} samples)")
         if method.startswith("fedpdg"):
             delta = np.asarray(fed.prediction_discrepancy(p_global, p_local[k],
                                                           jnp.asarray(pool_y)))
-            chosen = np.flatnonzero(np.asarray(fed.select_top(jnp.asarray(delta), b)))
+            # ties (e.g. delta = 0) broken at random, not by pool order (which is by class)
+            perm = r.permutation(len(pool_y))
+            top = np.asarray(fed.select_top(jnp.asarray(delta[perm]), b))
+            chosen = np.sort(perm[top])
         elif method == "unguided":
             chosen = r.choice(len(pool_y), b, replace=False)
         elif method == "balanced":
             alloc = np.asarray(fed.balanced_allocation(jnp.asarray(client_counts[k]), b))
+            have = np.bincount(pool_y, minlength=NUM_CLASSES)
+            if np.any(alloc > have):
+                raise ValueError(f"balanced allocation {alloc.tolist()} of client {k} exceeds "
+                                 f"the pool's per-class counts {have.tolist()}")
             chosen = np.concatenate([r.permutation(np.flatnonzero(pool_y == cl))[:alloc[cl]]
                                      for cl in range(NUM_CLASSES)])
         else:
             raise ValueError(method)
+        if len(chosen) != b:
+            raise ValueError(f"{method} chose {len(chosen)} samples for client {k}, budget {b}")
         idx[k, :len(chosen)] = chosen
         mask[k, :len(chosen)] = True
     return idx, mask
@@ -287,16 +298,14 @@ def run(config: Config, key) -> dict[str, Any]:
                                            learning_rate=config.dpo_lr, beta=config.dpo_beta)
         with sw("pools"):
             pool_y = jnp.repeat(jnp.arange(NUM_CLASSES), config.pool_per_class)
-            k_p0, k_p1 = jax.random.split(k_pool)
-            pools = {"pre": generate(gen0, k_p1, pool_y, steps=config.sample_steps),
-                     "dpo": generate(gen1, k_p1, pool_y, steps=config.sample_steps)}
-            del k_p0
+            pools = {"pre": generate(gen0, k_pool, pool_y, steps=config.sample_steps),
+                     "dpo": generate(gen1, k_pool, pool_y, steps=config.sample_steps)}
             score_before = float(jnp.mean(class_scores(w_g, pools["pre"], pool_y)))
             score_after = float(jnp.mean(class_scores(w_g, pools["dpo"], pool_y)))
             fid = {n: digits.frechet(np.asarray(fid_feats(v)), ref_stats)
                    for n, v in pools.items()}
         with sw("select"):
-            budgets = np.round(config.budget_ratio * mask.sum(1)).astype(int)
+            budgets = np.floor(config.budget_ratio * mask.sum(1) + 0.5).astype(int)
             counts = np.stack([np.bincount(y_tr[indices[k][mask[k]]], minlength=NUM_CLASSES)
                                for k in range(config.num_clients)])
             p_g = jax.nn.softmax(logits_fn(w_g, pools["dpo"]))
@@ -315,7 +324,7 @@ def run(config: Config, key) -> dict[str, Any]:
                                           p_g, p_l, r)),
             }
             for ratio in config.budget_sweep:  # the same selections at other budgets
-                b_r = np.round(ratio * mask.sum(1)).astype(int)
+                b_r = np.floor(ratio * mask.sum(1) + 0.5).astype(int)
                 chosen[f"balanced_r{ratio:g}"] = ("dpo", *select(
                     "balanced", None, np.asarray(pool_y), b_r, counts, None, None, r))
                 chosen[f"fedpdg_r{ratio:g}"] = ("dpo", *select(

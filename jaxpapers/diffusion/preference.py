@@ -61,6 +61,9 @@ def _check_pairs(x_w, x_l, labels, sigma=None, noise=None) -> None:
     b = jnp.shape(x_w)[0]
     if jnp.shape(labels) != (b,):
         raise ValueError(f"labels must have shape ({b},), got {tuple(jnp.shape(labels))}")
+    if not jnp.issubdtype(jnp.result_type(labels), jnp.integer):
+        raise ValueError(f"labels must hold integer class ids, got dtype "
+                         f"{jnp.result_type(labels)}")
     if sigma is not None:
         if jnp.shape(sigma) != (b,):
             raise ValueError(f"sigma must have shape ({b},), got {tuple(jnp.shape(sigma))}")

@@ -58,7 +58,7 @@ def grouped_rounds(init_params: Any, data: Any, key: jax.Array, learning_rate: A
         ``eval_fn`` one client at a time.
       key: a ``jax.random.key``; consumed (per round: each client's dropout keys, PCGrad's
         orders).
-      learning_rate: base client learning rate (cosine-decayed over rounds; traced).
+      learning_rate: base client learning rate ``> 0`` (cosine-decayed over rounds; traced).
       alpha: RPGrad weight ``>= 0`` (traced; ignored by ``server="pcgrad"``).
       proximal_mu: FedProx weight ``>= 0`` of the clients' proximal term (traced; 0: FedAvg).
       group_ids: ``[C]`` int group of each client in ``[0, K)`` (traced: one compile for any
@@ -73,8 +73,8 @@ def grouped_rounds(init_params: Any, data: Any, key: jax.Array, learning_rate: A
 
     Returns:
       ``(group_params, history)``: the final ``[K, ...]`` group models and ``eval_fn``'s
-      outputs stacked ``[R, C]`` per name, plus ``"loss"`` ``[R, C]`` (each client's last local
-      loss).
+      outputs stacked ``[R, C]`` per name, plus ``"loss"`` ``[R, C]`` (each client's loss at its
+      last local step, before that step's update; ``eval_fn`` must not return a ``"loss"``).
 
     >>> import jax, jax.numpy as jnp
     >>> data = {"x": jnp.arange(4.0).reshape(4, 1)}            # 4 clients, a target each
@@ -93,7 +93,7 @@ def grouped_rounds(init_params: Any, data: Any, key: jax.Array, learning_rate: A
     checks.check_key("key", key)
     checks.check_range("alpha", alpha, low=0.0, scalar=True)
     checks.check_range("proximal_mu", proximal_mu, low=0.0, scalar=True)
-    checks.check_range("learning_rate", learning_rate, low=0.0, scalar=True)
+    checks.check_range("learning_rate", learning_rate, low=0.0, low_open=True, scalar=True)
     leaves = jax.tree.leaves(init_params)
     if not leaves or any(jnp.ndim(x) < 1 for x in leaves):
         raise ValueError("init_params must be a pytree of [K, ...] arrays (one set per group)")
@@ -124,7 +124,9 @@ def grouped_rounds(init_params: Any, data: Any, key: jax.Array, learning_rate: A
         lr = cosine_lr(learning_rate, r, r_total)
         start = jax.tree.map(lambda a: a[g], params)  # [C, ...]
         local, metrics = train(start, data, jax.random.split(k_clients, num_clients), lr)
-        upd = (jax.vmap(flatten)(start) - jax.vmap(flatten)(local)) / lr  # [C, P]
+        # traced learning rates are not checked: lr = 0 gives zero uploads, never 0 / 0
+        safe_lr = jnp.where(lr > 0, lr, 1.0)
+        upd = (jax.vmap(flatten)(start) - jax.vmap(flatten)(local)) / safe_lr  # [C, P]
         if server == "pcgrad":
             upd = pcgrad(upd, k_server)
         means, sums = grouped_average(upd, g, w, num_groups=num_groups)  # [K, P]
@@ -132,6 +134,9 @@ def grouped_rounds(init_params: Any, data: Any, key: jax.Array, learning_rate: A
         params = fedgcm_server_step(params, means, lr,
                                     alpha if server == "rpgrad" else 0.0, valid=valid)
         scores = evaluate(jax.tree.map(lambda a: a[g], params), data)
+        if "loss" in scores:
+            raise ValueError("eval_fn must not return a 'loss' entry (grouped_rounds adds the "
+                             "clients' training loss under that name)")
         scores["loss"] = metrics["loss"][:, -1]
         return (params, key), scores
 

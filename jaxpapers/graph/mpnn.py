@@ -99,13 +99,14 @@ class MPNNBlock(nn.Module):
         x = check_node_array("x", x, graph, ndim=2)
         s, r = graph.senders, graph.receivers
         edge_real, node_real = real_edges(graph), graph.node_mask
+        x = jnp.where(node_real[:, None], x, 0)  # padding never reaches an MLP (or a grad)
         parts = [x[s], x[r]]
         if e is not None:
             e = jnp.asarray(e)
             if e.ndim != 2 or e.shape[0] != s.shape[0]:
                 raise ValueError(f"e must have shape [E, F_e] with E = {s.shape[0]} edge slots, "
                                  f"got {e.shape}")
-            parts.append(e)
+            parts.append(jnp.where(edge_real[:, None], e, 0))
         mlp = lambda name: _MLP(self.hidden, self.num_layers, self.activation, self.layer_norm,
                                 name=name)
         m = jnp.where(edge_real[:, None], mlp("edge_mlp")(jnp.concatenate(parts, -1)), 0.0)

@@ -214,6 +214,8 @@ def group_advantages(reward: jax.Array, *, group: int) -> jax.Array:
     """GRPO advantages: ``(r - mean_g) / (std_g + 1e-6)`` within consecutive groups of
     ``group`` samples of one prompt; ``reward`` [B] with ``B % group == 0`` -> [B] (no gradient).
     """
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+        raise ValueError(f"group must be an int >= 1, got {group!r}")
     if reward.ndim != 1 or reward.shape[0] % group:
         raise ValueError(f"reward must be [B] with B a multiple of group={group}, got "
                          f"{reward.shape}")

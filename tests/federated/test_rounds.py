@@ -109,6 +109,34 @@ def test_vmap_over_methods_equals_loop_and_compiles_once(key):
     assert run._cache_size() == n
 
 
+def test_pcgrad_server_equals_projected_mean_by_hand(key):
+    """K = 1: each round the model moves by lr times the weighted mean of PCGrad-projected
+    uploads; and with two clients the step never opposes either client's upload."""
+    data = _data(key)
+    w = jnp.array([1.0, 2.0, 0.5, 1.0])
+    run_key = jax.random.key(5)
+    params, _ = fl.grouped_rounds(_init(1), data, run_key, LR, 0.0, 0.0,
+                                  jnp.zeros(C, jnp.int32), w, loss_fn=_loss, eval_fn=_eval,
+                                  num_rounds=R, local_steps=STEPS, server="pcgrad")
+    model = jax.tree.map(lambda a: a[0], _init(1))
+    k = run_key
+    for r in range(R):
+        k, k_clients, k_server = jax.random.split(k, 3)
+        lr = LR * 0.5 * (1 + np.cos(np.pi * r / R))
+        locals_ = [fl.local_train(model, jax.tree.map(lambda a: a[c], data), kc, lr,
+                                  loss_fn=_loss, num_steps=STEPS)[0]
+                   for c, kc in enumerate(jax.random.split(k_clients, C))]
+        up = jnp.stack([(fl.flatten(model) - fl.flatten(p)) / lr for p in locals_])
+        proj = np.asarray(fl.pcgrad(up, k_server))
+        mean = (np.asarray(w)[:, None] * proj).sum(0) / float(w.sum())
+        model = fl.unflatten_like(model, fl.flatten(model) - lr * jnp.asarray(mean))
+    chex.assert_trees_all_close(jax.tree.map(lambda a: a[0], params), model, atol=1e-5,
+                                rtol=1e-5)
+    g = jnp.array([[1.0, 0.0], [-1.0, 1.0]])  # conflicting uploads
+    step = np.asarray(fl.pcgrad(g, jax.random.key(0))).mean(0)
+    assert np.all(np.asarray(g) @ step >= -1e-6)
+
+
 def test_pcgrad_server_projects_client_updates(key):
     data = _data(key)
     w = jnp.ones(C)

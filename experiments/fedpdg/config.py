@@ -79,7 +79,7 @@ def tiny() -> Config:
     """Seconds: a small generator and few rounds (numbers meaningless)."""
     return Config(num_clients=4, hidden=32, warmup_rounds=3, rounds=3, finetune_steps=3,
                   gen_hidden=32, gen_depth=1, gen_steps=50, gen_batch=32, sample_steps=4,
-                  dpo_candidates=12, dpo_steps=5, dpo_batch=8, pool_per_class=12, num_seeds=2,
+                  dpo_candidates=12, dpo_steps=5, dpo_batch=8, pool_per_class=40, num_seeds=2,
                   min_size=2, budget_sweep=(0.25,))
 
 

@@ -252,10 +252,9 @@ def run(config: Config, key) -> dict[str, Any]:
     for name, res in results.items():
         acc = np.array([r[0] for r in res])
         acc_low = np.array([r[1] for r in res])
-        key_name = name if name.startswith("sweep/") else name
         if name.startswith("sweep/"):
-            metrics[key_name] = float(acc.mean())
-            metrics[f"{key_name}/sd"] = float(acc.std(ddof=1)) if acc.size > 1 else 0.0
+            metrics[name] = float(acc.mean())
+            metrics[f"{name}/sd"] = float(acc.std(ddof=1)) if acc.size > 1 else 0.0
             continue
         metrics[f"acc/{name}"] = float(acc.mean())
         metrics[f"acc_sd/{name}"] = float(acc.std(ddof=1)) if acc.size > 1 else 0.0

@@ -405,10 +405,8 @@ def _summarise(config, per_seed, data, gen_info, sw):
         metrics[f"tv_synthetic/{m}"] = float(np.mean([p["tv_syn"][m] for p in per_seed]))
         metrics[f"synthetic_top3_share/{m}"] = float(np.mean([p["tv_syn"][m + "/top3"]
                                                               for p in per_seed]))
-    order = np.argsort(-np.bincount(data["y_train"], minlength=NUM_CLASSES))
     metrics["global_top3_share"] = float(np.sort(np.bincount(
         data["y_train"], minlength=NUM_CLASSES))[::-1][:3].sum() / len(data["y_train"]))
-    del order
     metrics["dpo/score_before"] = float(np.mean([p["score_before"] for p in per_seed]))
     metrics["dpo/score_after"] = float(np.mean([p["score_after"] for p in per_seed]))
     metrics["dpo/implicit_accuracy"] = float(np.mean([p["dpo_acc"] for p in per_seed]))

@@ -3,7 +3,10 @@
 * :func:`load_digits`: 8 x 8 images scaled to [-1, 1] with a seeded train / held-out split;
 * Frechet distance in classifier features: :func:`fit_fid_features` trains an sklearn MLP
   classifier and returns its penultimate-layer features as a pure JAX function;
-  :func:`feature_stats` and :func:`frechet` compare feature sets (FID's formula).
+  :func:`feature_stats` and :func:`frechet` compare feature sets (FID's formula);
+* :func:`trained_denoisers`: the class-conditional EDM teacher (and optionally its consistency
+  student) trained on given rows, cached with orbax under ``$JAXPAPERS_CACHE/digits`` (default
+  ``~/.cache/jaxpapers/digits``) keyed by the data, the recipe and the keys.
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["load_digits", "fit_fid_features", "frechet", "feature_stats"]
+__all__ = ["load_digits", "fit_fid_features", "frechet", "feature_stats", "trained_denoisers",
+           "DIM", "NUM_CLASSES"]
+
+DIM = 64  # 8 x 8 pixels
+NUM_CLASSES = 10
 
 
 def load_digits(test_fraction: float, seed: int):
@@ -66,3 +73,70 @@ def frechet(f1: np.ndarray, f2_stats) -> float:
 def feature_stats(f: np.ndarray):
     f = np.asarray(f, np.float64)
     return f.mean(0), np.cov(f, rowvar=False)
+
+
+_FORMAT = 1  # bump when the recipe below changes
+
+
+def trained_denoisers(key_model, x: np.ndarray, y: np.ndarray, *, hidden: int, depth: int,
+                      train_steps: int, batch_size: int, learning_rate: float,
+                      sigma_data: float = 0.5, key_distill=None, distill_steps: int = 0,
+                      sigma_min: float = 0.002, sigma_max: float = 20.0, rho: float = 7.0,
+                      cache: bool = True) -> dict:
+    """The EDM teacher on (x, y), and its consistency student when ``distill_steps > 0``.
+
+    Teacher: ``init_mlp(key_model)`` trained by ``train_edm`` with ``fold_in(key_model, 1)``;
+    student: ``distill_consistency(teacher, key_distill, ...)`` on the same rows (Karras grid
+    ``sigma_min, sigma_max, rho``). The result is cached (orbax) keyed by the rows' digest,
+    every setting and both keys, so the experiments that share a model train it once.
+
+    Args:
+      key_model, key_distill: ``jax.random.key``s (``key_distill`` needed with distillation).
+      x: [N, 64] rows in [-1, 1]; y: [N] labels 0..9.
+      cache: False trains without reading or writing the cache.
+
+    Returns:
+      ``{"teacher": params, "train_loss": [train_steps]}`` plus ``"student"`` and
+      ``"distill_loss": [distill_steps]`` when distilling, and ``"cached"`` (bool).
+    """
+    from jaxpapers import diffusion as dfn
+    from jaxpapers.core import cache as core_cache
+
+    if distill_steps > 0 and key_distill is None:
+        raise ValueError("key_distill is required when distill_steps > 0")
+    x = np.asarray(x, np.float32)
+    y = np.asarray(y, np.int32)
+
+    def init():
+        return dfn.init_mlp(key_model, dim=DIM, num_classes=NUM_CLASSES, hidden=hidden,
+                            depth=depth)
+
+    def compute():
+        params, losses = dfn.train_edm(init(), jax.random.fold_in(key_model, 1), x, y,
+                                       num_steps=train_steps, batch_size=batch_size,
+                                       learning_rate=learning_rate, sigma_data=sigma_data)
+        out = {"teacher": params, "train_loss": jnp.asarray(losses, jnp.float32)}
+        if distill_steps > 0:
+            out["student"], dl = dfn.distill_consistency(
+                params, key_distill, x, y, num_steps=distill_steps, batch_size=batch_size,
+                sigma_min=sigma_min, sigma_max=sigma_max, rho=rho, sigma_data=sigma_data)
+            out["distill_loss"] = jnp.asarray(dl, jnp.float32)
+        return jax.block_until_ready(out), {}
+
+    if not cache:
+        return {**compute()[0], "cached": False}
+    template = jax.eval_shape(init)
+    like = {"teacher": template, "train_loss": jax.ShapeDtypeStruct((train_steps,), jnp.float32)}
+    if distill_steps > 0:
+        like["student"] = template
+        like["distill_loss"] = jax.ShapeDtypeStruct((distill_steps,), jnp.float32)
+    fingerprint = {"format": _FORMAT, "data": core_cache.array_digest(x, y), "hidden": hidden,
+                   "depth": depth, "train_steps": train_steps, "batch_size": batch_size,
+                   "learning_rate": learning_rate, "sigma_data": sigma_data,
+                   "key_model": key_model, "distill_steps": distill_steps,
+                   "key_distill": key_distill if distill_steps > 0 else None,
+                   "sigma_min": sigma_min, "sigma_max": sigma_max, "rho": rho}
+    tree, meta = core_cache.load_or_compute(core_cache.cache_root("digits"), fingerprint,
+                                            compute, like=like)
+    tree = jax.tree.map(jnp.asarray, tree)
+    return {**tree, "cached": meta["cached"]}

@@ -36,6 +36,7 @@ import numpy as np
 import optax
 
 from experiments.qsched import claims as claims_lib
+from experiments.common.digits import trained_denoisers
 from experiments.qsched.config import Config
 from experiments.qsched.model import (DIM, NUM_CLASSES, make_model, packed_model_bytes,
                                       quantize_weights)
@@ -75,20 +76,18 @@ class _Ctx:
         self._gen = {}
 
     def _train(self, cfg, k_model, k_dist, x_tr, y_tr):
-        params = dfn.init_mlp(k_model, dim=DIM, num_classes=NUM_CLASSES, hidden=cfg.hidden,
-                              depth=cfg.depth)
-        params, losses = dfn.train_edm(params, jax.random.fold_in(k_model, 1), x_tr, y_tr,
-                                       num_steps=cfg.train_steps, batch_size=cfg.batch_size,
-                                       learning_rate=cfg.learning_rate,
-                                       sigma_data=cfg.sigma_data)
-        self.train_loss = np.asarray(losses)
-        if cfg.model == "student":
-            params, dl = dfn.distill_consistency(
-                params, k_dist, x_tr, y_tr, num_steps=cfg.distill_steps,
-                batch_size=cfg.batch_size, sigma_min=cfg.sigma_min, sigma_max=cfg.sigma_max,
-                rho=cfg.rho, sigma_data=cfg.sigma_data)
-            self.distill_loss = np.asarray(dl)
-        self.params = jax.block_until_ready(params)
+        student = cfg.model == "student"
+        out = trained_denoisers(k_model, x_tr, y_tr, hidden=cfg.hidden, depth=cfg.depth,
+                                train_steps=cfg.train_steps, batch_size=cfg.batch_size,
+                                learning_rate=cfg.learning_rate, sigma_data=cfg.sigma_data,
+                                key_distill=k_dist if student else None,
+                                distill_steps=cfg.distill_steps if student else 0,
+                                sigma_min=cfg.sigma_min, sigma_max=cfg.sigma_max, rho=cfg.rho)
+        self.models_cached = out["cached"]
+        self.train_loss = np.asarray(out["train_loss"])
+        if student:
+            self.distill_loss = np.asarray(out["distill_loss"])
+        self.params = out["student"] if student else out["teacher"]
 
     def problem(self, steps: int) -> dfn.CalibrationProblem:
         cfg = self.cfg

@@ -19,15 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 import os
 import pathlib
-import shutil
-import tempfile
 import time
-import warnings
 from typing import Any, NamedTuple
 
 import jax
@@ -35,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxpapers.core import checks
+from jaxpapers.core import cache, checks
 from jaxpapers.lm import model
 from jaxpapers.lm._types import LMConfig, TrainConfig
 from jaxpapers.lm.evaluate import _bits, unigram_bits_per_byte
@@ -281,48 +277,13 @@ def checkpoint_dir(config: LMConfig, train_config: TrainConfig, *, key: jax.Arra
     """The folder :func:`load_or_train` uses: ``cache_dir / <hash of configs and key>``."""
     _check_pair(config, train_config)
     checks.check_key("key", key)
-    blob = json.dumps(_fingerprint(config, train_config, key), sort_keys=True).encode()
-    root = pathlib.Path(DEFAULT_CACHE_DIR if cache_dir is None else cache_dir).expanduser()
-    return root.resolve() / hashlib.sha256(blob).hexdigest()[:16]
+    return cache.entry_path(DEFAULT_CACHE_DIR if cache_dir is None else cache_dir,
+                            _fingerprint(config, train_config, key))
 
 
 def checkpoint_info(path: str | os.PathLike) -> dict:
     """The metadata stored with a cached model (configs, held-out bits/byte, training time)."""
-    return json.loads((pathlib.Path(path) / "meta.json").read_text())
-
-
-def _spec(tree: Any) -> list[list[str]]:
-    return [[jax.tree_util.keystr(p), str(tuple(x.shape)), str(x.dtype)]
-            for p, x in jax.tree_util.tree_leaves_with_path(tree)]
-
-
-class _Unreadable(Exception):
-    """A cached folder that cannot be read back (missing or truncated files)."""
-
-
-def _load(path: pathlib.Path, config: LMConfig, fingerprint: dict) -> dict:
-    import orbax.checkpoint as ocp
-
-    abstract = init_like(config)
-    try:
-        meta = checkpoint_info(path)
-    except (OSError, ValueError) as e:
-        raise _Unreadable(f"meta.json: {type(e).__name__}: {e}") from e
-    if meta.get("fingerprint") != fingerprint:
-        raise ValueError(f"cached model at {path} was trained with other settings "
-                         f"(stored {meta.get('fingerprint')}, asked {fingerprint}); delete the "
-                         f"folder or pass another cache_dir")
-    if meta.get("spec") != _spec(abstract):
-        raise ValueError(f"cached model at {path} has parameter shapes {meta.get('spec')}, "
-                         f"expected {_spec(abstract)}")
-    try:
-        with ocp.StandardCheckpointer() as ckpt:
-            params = ckpt.restore(path / "params", abstract)
-    except Exception as e:  # orbax raises several types for missing/truncated files
-        raise _Unreadable(f"params: {type(e).__name__}: {e}") from e
-    if _spec(params) != _spec(abstract):
-        raise ValueError(f"cached model at {path} restored with wrong shapes")
-    return params
+    return cache.read_meta(path)
 
 
 def load_or_train(config: LMConfig, train_config: TrainConfig, *,
@@ -345,46 +306,22 @@ def load_or_train(config: LMConfig, train_config: TrainConfig, *,
     Returns:
       the trained parameter pytree.
     """
-    path = checkpoint_dir(config, train_config, key=key, cache_dir=cache_dir)
-    fingerprint = _fingerprint(config, train_config, key)
-    if path.exists():
-        try:
-            return _load(path, config, fingerprint)
-        except _Unreadable as e:  # keep it for inspection, then retrain
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
-            warnings.warn(f"cached model at {path} is unreadable ({e}); moved to {aside} and "
-                          f"retraining", stacklevel=2)
-            path.rename(aside)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    params, history = _train(config, train_config, key, progress=progress)
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    scores = heldout_bits_per_byte(params, config, train_config)
-    _save(path, params, {"fingerprint": fingerprint, "spec": _spec(params),
-                         "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
-                         "heldout_bpb": scores["model"],
-                         "unigram_bpb": scores["unigram"],
-                         "final_train_bpb": float(np.mean(history["bpb"][-20:]))})
+    checks.check_key("key", key)
+    _check_pair(config, train_config)
+    root = DEFAULT_CACHE_DIR if cache_dir is None else cache_dir
+
+    def compute():
+        start, cpu_start = time.perf_counter(), time.process_time()
+        params, history = _train(config, train_config, key, progress=progress)
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        scores = heldout_bits_per_byte(params, config, train_config)
+        return params, {"train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
+                        "heldout_bpb": scores["model"], "unigram_bpb": scores["unigram"],
+                        "final_train_bpb": float(np.mean(history["bpb"][-20:]))}
+
+    params, _ = cache.load_or_compute(root, _fingerprint(config, train_config, key), compute,
+                                      like=init_like(config))
     return params
-
-
-def _save(path: pathlib.Path, params: dict, meta: dict) -> None:
-    import orbax.checkpoint as ocp
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
-        with ocp.StandardCheckpointer() as ckpt:
-            ckpt.save(tmp / "params", params)
-            ckpt.wait_until_finished()
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        try:
-            os.rename(tmp, path)
-        except OSError:
-            if not path.exists():  # another process may have won the race; keep its copy
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ------------------------------------------------------ command line (one or several processes)

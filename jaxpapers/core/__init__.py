@@ -5,4 +5,4 @@ registry for ``jaxpapers list`` does not pay for jax or orbax.
 """
 
 __all__ = ["registry", "report", "reproduce", "train", "data", "sharding", "distributed", "pytree",
-           "checks", "plotting", "timing", "rng", "sandbox"]
+           "checks", "plotting", "timing", "rng", "sandbox", "cache", "fem"]

@@ -42,8 +42,8 @@ from jaxpapers.diffusion.schedules import (EDMSchedule, FlowSchedule, Grid, Sigm
                                            VPSchedule, discretize, init_noise_sigma,
                                            validate_schedule)
 
-__all__ = ["sample", "SAMPLERS", "STOCHASTIC", "LCM_TIMESTEP_SCALING", "LCM_SIGMA_DATA",
-           "check_coeffs"]
+__all__ = ["sample", "sample_trajectory", "SAMPLERS", "STOCHASTIC", "LCM_TIMESTEP_SCALING",
+           "LCM_SIGMA_DATA", "check_coeffs"]
 
 LCM_TIMESTEP_SCALING = 10.0  # diffusers LCMScheduler default
 LCM_SIGMA_DATA = 0.5  # diffusers LCMScheduler default
@@ -157,6 +157,50 @@ def check_coeffs(coeffs, steps: int) -> QSchedCoeffs | None:
     return coeffs
 
 
+def _scan(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, schedule,
+          sampler: str, steps: int, coeffs, gamma, keep: bool):
+    """The sampler loop shared by :func:`sample` and :func:`sample_trajectory`.
+
+    Returns ``(x_start, x_final, xs)``: the scaled prior sample the scan starts from, its final
+    carry and, when ``keep``, the [N, ...] stacked carries after every step (else None). One scan
+    body for both public functions, so the trajectory's last row is ``sample``'s result.
+    """
+    checks.check_choice("sampler", sampler, sorted(SAMPLERS))
+    validate_schedule(schedule, steps)
+    if not isinstance(schedule, SAMPLERS[sampler]):
+        raise ValueError(f"sampler {sampler!r} needs a schedule of type "
+                         f"{[k.__name__ for k in SAMPLERS[sampler]]}, got "
+                         f"{type(schedule).__name__}")
+    coeffs = check_coeffs(coeffs, steps)
+    x_T = jnp.asarray(x_T)
+    if not jnp.issubdtype(x_T.dtype, jnp.floating):
+        raise ValueError(f"x_T must be a floating array, got dtype {x_T.dtype}")
+    dtype = x_T.dtype
+    grid = discretize(schedule, steps)
+    grid = Grid(*(jnp.asarray(v, dtype) for v in grid))
+    if coeffs is None:
+        m = s = jnp.ones((steps,), dtype)
+    else:
+        m, s = jnp.asarray(coeffs.m, dtype), jnp.asarray(coeffs.s, dtype)
+    step = _step_fn(sampler, schedule)
+    stochastic = sampler in STOCHASTIC
+    keys = jax.random.split(key, steps)
+    last = jnp.asarray(np.arange(steps) == steps - 1)
+    gamma = jnp.asarray(gamma, dtype)
+
+    def body(x, inp):
+        g, mi, si, k, is_last = inp
+        out = denoise_fn(params, x, g.model_in)
+        z = jax.random.normal(k, x.shape, dtype) if stochastic else jnp.zeros((), dtype)
+        x_new = step(schedule, si * x, mi * jnp.asarray(out, dtype), g, z, is_last, gamma)
+        x_new = x_new.astype(dtype)
+        return x_new, (x_new if keep else None)
+
+    x0 = x_T * init_noise_sigma(schedule).astype(dtype)
+    x_final, xs = lax.scan(body, x0, (grid, m, s, keys, last))
+    return x0, x_final, xs
+
+
 def sample(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, schedule,
            sampler: str, steps: int, coeffs: QSchedCoeffs | dict | None = None,
            gamma: jax.typing.ArrayLike = 0.3) -> jax.Array:
@@ -192,36 +236,37 @@ def sample(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, sch
     >>> x.shape
     (3,)
     """
-    checks.check_choice("sampler", sampler, sorted(SAMPLERS))
-    validate_schedule(schedule, steps)
-    if not isinstance(schedule, SAMPLERS[sampler]):
-        raise ValueError(f"sampler {sampler!r} needs a schedule of type "
-                         f"{[k.__name__ for k in SAMPLERS[sampler]]}, got "
-                         f"{type(schedule).__name__}")
-    coeffs = check_coeffs(coeffs, steps)
-    x_T = jnp.asarray(x_T)
-    if not jnp.issubdtype(x_T.dtype, jnp.floating):
-        raise ValueError(f"x_T must be a floating array, got dtype {x_T.dtype}")
-    dtype = x_T.dtype
-    grid = discretize(schedule, steps)
-    grid = Grid(*(jnp.asarray(v, dtype) for v in grid))
-    if coeffs is None:
-        m = s = jnp.ones((steps,), dtype)
-    else:
-        m, s = jnp.asarray(coeffs.m, dtype), jnp.asarray(coeffs.s, dtype)
-    step = _step_fn(sampler, schedule)
-    stochastic = sampler in STOCHASTIC
-    keys = jax.random.split(key, steps)
-    last = jnp.asarray(np.arange(steps) == steps - 1)
-    gamma = jnp.asarray(gamma, dtype)
-
-    def body(x, inp):
-        g, mi, si, k, is_last = inp
-        out = denoise_fn(params, x, g.model_in)
-        z = jax.random.normal(k, x.shape, dtype) if stochastic else jnp.zeros((), dtype)
-        x_new = step(schedule, si * x, mi * jnp.asarray(out, dtype), g, z, is_last, gamma)
-        return x_new.astype(dtype), None
-
-    x0 = x_T * init_noise_sigma(schedule).astype(dtype)
-    x_final, _ = lax.scan(body, x0, (grid, m, s, keys, last))
+    _, x_final, _ = _scan(denoise_fn, params, key, x_T, schedule=schedule, sampler=sampler,
+                          steps=steps, coeffs=coeffs, gamma=gamma, keep=False)
     return x_final
+
+
+def sample_trajectory(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *,
+                      schedule, sampler: str, steps: int,
+                      coeffs: QSchedCoeffs | dict | None = None,
+                      gamma: jax.typing.ArrayLike = 0.3) -> jax.Array:
+    """Run :func:`sample` and keep every boundary ``x_0, ..., x_N`` of the path.
+
+    Same arguments and the same scan body as :func:`sample` (TDM-R1 step 1 keeps the rollout's
+    boundaries; issue 24). Row 0 is ``x_T`` times the prior's scale (sigma_max for EDM,
+    ``sigmas[0]`` for an explicit grid, 1 for VP / flow): the value the scan starts from. Row
+    ``i`` is the sample after step ``i``; the last row is ``sample(...)``'s result.
+
+    Returns:
+      [N + 1, *x_T.shape] array of x_T's dtype.
+
+    Raises:
+      As :func:`sample` (e.g. ``ValueError`` naming ``sigmas`` for a grid that is not
+      non-increasing).
+
+    >>> import jax, jax.numpy as jnp
+    >>> sch = SigmaSchedule(jnp.array([2.0, 1.0, 0.0]), prediction="sample")
+    >>> den = lambda p, x, sigma: x / (1.0 + sigma ** 2)   # x_0-prediction for N(0, 1) data
+    >>> path = sample_trajectory(den, None, jax.random.key(0), jnp.ones(2), schedule=sch,
+    ...                          sampler="euler", steps=2)
+    >>> path.shape, [round(float(v), 4) for v in path[:, 0]]
+    ((3, 2), [2.0, 1.2, 0.6])
+    """
+    x0, _, xs = _scan(denoise_fn, params, key, x_T, schedule=schedule, sampler=sampler,
+                      steps=steps, coeffs=coeffs, gamma=gamma, keep=True)
+    return jnp.concatenate([x0[None], xs], axis=0)

@@ -5,12 +5,18 @@ One block, for real edges ``s -> r`` with features ``e_sr`` and real nodes i:
     m_sr = phi_e([x_s, x_r, e_sr])                          (edge MLP)
     m_sr <- m_sr - mean over real edges of m                (if center_messages)
     a_i  = sum over real edges s -> i of m_si               (segment_sum)
+    a_i  <- a_i - mean over real nodes of a                 (if center_aggregate)
     h_i  = phi_v([x_i, a_i])                                 (node MLP)
     x'_i = skip(x_i) + h_i,  e'_sr = skip(e_sr) + m_sr      (if residual)
     x'_i <- x'_i - mean over real nodes of x'               (if center_nodes)
 
 ``skip`` is the identity when the width already equals ``hidden`` and a bias-free linear map
 otherwise. Padded nodes and edges get 0 outputs and never touch the real ones.
+
+The two message centrings differ: ``center_messages`` centres the messages over edges before
+they are summed, ``center_aggregate`` centres the summed messages over nodes (SuperMeshNet's
+``ib_e``: ``agg - mean(agg, 0)`` in its ``NodeBlock``). With ``residual`` and ``center_nodes``
+the block is SuperMeshNet's ``GnBlock`` with ``ib_n``.
 """
 
 from __future__ import annotations
@@ -59,6 +65,9 @@ class MPNNBlock(nn.Module):
       residual: add the (projected) inputs to the outputs.
       center_nodes: subtract the mean over real nodes from the node outputs.
       center_messages: subtract the mean over real edges from the messages before aggregation.
+      center_aggregate: subtract the mean over real nodes from the aggregated messages ``a``
+        (after the sum, before the node MLP; SuperMeshNet's ``ib_e``). Independent of
+        ``center_messages``; both may be on.
       layer_norm: LayerNorm after each MLP (as MeshGraphNets).
       activation: the MLPs' nonlinearity.
 
@@ -86,6 +95,7 @@ class MPNNBlock(nn.Module):
     residual: bool = True
     center_nodes: bool = False
     center_messages: bool = False
+    center_aggregate: bool = False
     layer_norm: bool = False
     activation: Callable[[jax.Array], jax.Array] = nn.gelu
 
@@ -113,6 +123,8 @@ class MPNNBlock(nn.Module):
         if self.center_messages:
             m = jnp.where(edge_real[:, None], m - _masked_mean(m, edge_real), 0.0)
         agg = jax.ops.segment_sum(m, r, num_segments=graph.num_nodes)
+        if self.center_aggregate:
+            agg = jnp.where(node_real[:, None], agg - _masked_mean(agg, node_real), 0.0)
         h = mlp("node_mlp")(jnp.concatenate([x, agg], -1))
 
         def skip(v, name):

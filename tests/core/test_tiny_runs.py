@@ -31,6 +31,11 @@ THREAD_DEPENDENT: dict[str, tuple[tuple[str, ...], float, str]] = {
                  "captured softmax mass sums float32 probabilities from dot products that XLA's "
                  "multi-threaded Eigen contracts in another order than the single-threaded one "
                  "(measured: 7th significant digit; recall, output error, bits/byte identical)"),
+    "supermeshnet": (("rmse",), 1e-5,
+                     "float32 training whose last bits depend on how many CPUs XLA's thread pool "
+                     "has (measured 2026-12-02: pinned to one CPU vs two, 19 RMSE metrics move by "
+                     "<= 4e-7 relative; the Eigen flag alone and PYTHONHASHSEED change nothing; "
+                     "verdicts identical)"),
 }
 
 
@@ -63,6 +68,12 @@ CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
                               "fedpdg"))
     + tuple(f"tv_to_global/{m}" for m in ("balanced", "unguided", "fedpdg"))
     + ("dpo/score_before", "dpo/score_after"),
+    "tdm_r1": tuple(f"{k}/{m}" for k in ("reward", "judge", "fid")
+                    for m in ("student", "start", "tdm_r1", "tdm_only", "rwr", "no_per_step",
+                              "no_tweight")) + ("fid/real_floor",),
+    "supermeshnet": tuple(f"rmse/{d}/{m}" for d in ("angle", "laplace")
+                          for m in ("knn", "sup_all", "sup_few", "sup_few_ib", "comp",
+                                    "comp_noib")),
 }
 
 

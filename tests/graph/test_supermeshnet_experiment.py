@@ -73,9 +73,11 @@ def test_stacked_step_equals_each_model_alone(tiny_data):
              jax.tree.map(lambda a: a[None, :2], d["lr_only"]))
     batch2 = jax.tree.map(lambda a: jnp.concatenate([a, a]), batch)
     loss_fn = sr._stacked_loss("complementary")
-    grads = jax.grad(lambda p: loss_fn(p, batch2, None)[0])(stacked)
+    # jitted: eager grads of the scanned trunk compile op by op (minutes)
+    grads = jax.jit(jax.grad(lambda p, b: loss_fn(p, b, None)[0]))(stacked, batch2)
+    one_grad = jax.jit(jax.grad(lambda q, b: smn.batch_loss(q, b)[0]))
     for i, p in enumerate(ps):
-        gi = jax.grad(lambda q: smn.batch_loss(q, jax.tree.map(lambda a: a[0], batch))[0])(p)
+        gi = one_grad(p, jax.tree.map(lambda a: a[0], batch))
         for a, b in zip(jax.tree.leaves(gi), jax.tree.leaves(jax.tree.map(lambda x: x[i],
                                                                            grads))):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import pathlib
-import warnings
 from typing import Any
 
 import jax
@@ -103,15 +102,7 @@ def make_reward(logits_fn, thresholds: jax.Array):
 def fit_reward_classifier(x: np.ndarray, y: np.ndarray, *, hidden: tuple[int, ...],
                           max_iter: int, seed: int):
     """The reward classifier: sklearn MLP on the training rows (not the FID classifier)."""
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.neural_network import MLPClassifier
-    from threadpoolctl import threadpool_limits
-
-    clf = MLPClassifier(hidden_layer_sizes=tuple(hidden), max_iter=max_iter, random_state=seed)
-    with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
-        warnings.simplefilter("ignore", ConvergenceWarning)  # tiny configs stop early
-        clf.fit(x, y)
-    return clf
+    return digits.fit_mlp_classifier(x, y, hidden=hidden, max_iter=max_iter, seed=seed)
 
 
 # ----------------------------------------------------------------------------- models

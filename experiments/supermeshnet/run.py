@@ -104,14 +104,11 @@ class _Batches:
     def __call__(self, step, data):
         def one(key_data, n_pairs):
             key = jax.random.fold_in(jax.random.wrap_key_data(key_data), step)
-            k1, k2, k3 = jax.random.split(key, 3)
             take = lambda tree, idx: jax.tree.map(lambda a: a[idx], tree)  # noqa: E731
-            i1 = jax.random.randint(k1, (self.batch,), 0, n_pairs)
             if self.kind == "supervised":
-                return take(data["train"], i1)
-            i2 = (i1 + jax.random.randint(k2, (self.batch,), 1, n_pairs)) % n_pairs
-            num_lr = jax.tree.leaves(data["lr_only"])[0].shape[0]
-            i3 = jax.random.randint(k3, (self.batch,), 0, num_lr)
+                return take(data["train"], smn.draw_indices(key, self.batch, n_pairs))
+            i1, i2, i3 = smn.draw_indices(key, self.batch, n_pairs,
+                                          jax.tree.leaves(data["lr_only"])[0].shape[0])
             return take(data["train"], i1), take(data["train"], i2), take(data["lr_only"], i3)
 
         return jax.vmap(one)(data["keys"], data["n_pairs"])

@@ -75,6 +75,7 @@ from jaxpapers.graph.propagate import (KnnNeighbours, knn_apply, knn_interpolate
 __all__ = ["MeshSample", "SuperMeshNet", "SuperMeshNetParams", "triangle_edges", "mesh_sample",
            "stack_samples", "init", "trunk", "decoder_f", "decoder_g", "predict",
            "complementary_loss", "supervised_loss", "batch_loss", "make_loss_fn", "train",
+           "draw_indices",
            "rmse", "knn_rmse"]
 
 KINDS = ("complementary", "supervised")
@@ -546,15 +547,34 @@ class _Sampler:
         paired = data["paired"]
         num_paired = jax.tree.leaves(paired)[0].shape[0]
         take = lambda tree, idx: jax.tree.map(lambda a: a[idx], tree)
-        k1, k2, k3 = jax.random.split(key, 3)
-        i1 = jax.random.randint(k1, (self.batch_size,), 0, num_paired)
         if self.kind == "supervised":
-            return take(paired, i1)
-        i2 = (i1 + jax.random.randint(k2, (self.batch_size,), 1, num_paired)) % num_paired
+            return take(paired, draw_indices(key, self.batch_size, num_paired))
         unpaired = data["unpaired"]
-        num_unpaired = jax.tree.leaves(unpaired)[0].shape[0]
-        i3 = jax.random.randint(k3, (self.batch_size,), 0, num_unpaired)
+        i1, i2, i3 = draw_indices(key, self.batch_size, num_paired,
+                                  jax.tree.leaves(unpaired)[0].shape[0])
         return take(paired, i1), take(paired, i2), take(unpaired, i3)
+
+
+def draw_indices(key: jax.Array, batch_size: int, num_paired, num_unpaired=None):
+    """Sample ids of one step's batch (release ``train_MGN_comp`` / ``train_MGN_sup``).
+
+    Args:
+      key: consumed.
+      batch_size: B (static).
+      num_paired: P, paired samples to draw from (may be traced; >= 2 for triplets).
+      num_unpaired: U, LR-only samples; None for a supervised batch.
+
+    Returns:
+      ``i1`` [B] uniform in [0, P) when ``num_unpaired`` is None, else ``(i1, i2, i3)``: two
+      distinct paired ids per triplet (``i2 = i1 + U{1..P-1} mod P``) and one LR-only id in
+      [0, U).
+    """
+    k1, k2, k3 = jax.random.split(key, 3)
+    i1 = jax.random.randint(k1, (batch_size,), 0, num_paired)
+    if num_unpaired is None:
+        return i1
+    i2 = (i1 + jax.random.randint(k2, (batch_size,), 1, num_paired)) % num_paired
+    return i1, i2, jax.random.randint(k3, (batch_size,), 0, num_unpaired)
 
 
 def train(params: SuperMeshNetParams, key: jax.Array, *, paired: MeshSample,

@@ -21,13 +21,14 @@ from jaxpapers.diffusion.preference import diffusion_dpo_loss, diffusion_dpo_ter
 from jaxpapers.diffusion.qsched import (CalibrationProblem, GradientCalibration,
                                         GridCalibration, calibrate_gradient, calibrate_grid,
                                         jaq_objective, jaq_score, ones_coeffs, ramp_coeffs)
-from jaxpapers.diffusion.samplers import (SAMPLERS, STOCHASTIC, check_coeffs, sample,
-                                          sample_trajectory)
+from jaxpapers.diffusion.samplers import (DDPM_CLIP_SAMPLE, SAMPLERS, STOCHASTIC, check_coeffs,
+                                          sample, sample_trajectory)
 from jaxpapers.diffusion.schedules import (PREDICTIONS, EDMSchedule, FlowSchedule, Grid,
                                            SigmaSchedule, VPSchedule,
                                            consistency_preconditioning, ddpm_alphas_cumprod,
                                            discretize, edm_preconditioning, init_noise_sigma,
-                                           karras_sigmas, validate_schedule)
+                                           karras_sigmas, validate_schedule,
+                                           vp_sde_alphas_cumprod)
 from jaxpapers.diffusion.tdm_r1 import (edm_weight, fake_score_loss, forward_kernel,
                                         generator_loss, group_advantages,
                                         group_preference_loss, group_preference_terms,
@@ -44,10 +45,11 @@ __all__ = [
     "DenoiseFn", "ScoreFn", "QSchedCoeffs",
     # schedules
     "PREDICTIONS", "VPSchedule", "EDMSchedule", "SigmaSchedule", "FlowSchedule", "Grid",
-    "ddpm_alphas_cumprod", "karras_sigmas", "edm_preconditioning", "consistency_preconditioning",
+    "ddpm_alphas_cumprod", "vp_sde_alphas_cumprod", "karras_sigmas", "edm_preconditioning",
+    "consistency_preconditioning",
     "discretize", "init_noise_sigma", "validate_schedule",
     # samplers
-    "sample", "sample_trajectory", "SAMPLERS", "STOCHASTIC", "check_coeffs",
+    "sample", "sample_trajectory", "SAMPLERS", "STOCHASTIC", "DDPM_CLIP_SAMPLE", "check_coeffs",
     # Q-Sched
     "ones_coeffs", "ramp_coeffs", "jaq_score", "CalibrationProblem", "jaq_objective",
     "GridCalibration", "calibrate_grid", "GradientCalibration", "calibrate_gradient",

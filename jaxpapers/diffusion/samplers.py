@@ -9,6 +9,13 @@ Every sampler follows the same loop. At step ``i`` with grid values from
    schedule's ``prediction``):
 
 * ``ddim`` (VP, eta = 0): ``x' = sqrt(a') x_0 + sqrt(1 - a') eps`` (Song et al., 2021, eq. 12).
+* ``ddpm`` (VP, ancestral; Ho et al., 2020, eqs. 6-7, as diffusers' ``DDPMScheduler`` with
+  ``variance_type="fixed_small"``): ``x_0`` clipped to ``[-clip_sample, clip_sample]``
+  (diffusers' ``clip_sample``; None = no clipping), optionally changed by ``guide`` (below), then
+  with ``alpha = a / a'`` and ``beta = 1 - alpha``: ``x' = sqrt(a') beta / (1 - a) x_0 +
+  sqrt(alpha) (1 - a') / (1 - a) x + sqrt(max(beta (1 - a') / (1 - a), 1e-20)) z`` (no noise
+  after the last step). ``a'`` after the last step is the schedule's ``final_alpha_cumprod``: set
+  it to 1 to match ``DDPMScheduler``, which always uses 1 there.
 * ``lcm`` on VP (latent consistency models, diffusers' rule): boundary scalings
   ``c_skip = sd^2 / ((10 t)^2 + sd^2)``, ``c_out = 10 t / sqrt((10 t)^2 + sd^2)`` with sd = 0.5,
   ``d = c_out x_0 + c_skip x``; ``x' = sqrt(a') d + sqrt(1 - a') z`` except after the last step,
@@ -27,9 +34,17 @@ Every sampler follows the same loop. At step ``i`` with grid values from
 
 ``z`` is standard normal noise, drawn from ``jax.random.split(key, steps)[i]`` with x's shape and
 dtype (only by the stochastic samplers).
+
+Guidance on x_0 (``ddpm`` only): with ``guide_steps = L > 0`` the first ``N - L`` steps run the
+plain scan and the last ``L`` a second scan whose step replaces the clipped ``x_0`` by
+``guide(x_0, x, model_in)`` before the posterior mean (CGPO's critic guidance in the final
+denoising steps, issue 25). Splitting the scan keeps the guide's cost (e.g. a critic gradient) out
+of the unguided steps, also under ``vmap``.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -43,22 +58,24 @@ from jaxpapers.diffusion.schedules import (EDMSchedule, FlowSchedule, Grid, Sigm
                                            validate_schedule)
 
 __all__ = ["sample", "sample_trajectory", "SAMPLERS", "STOCHASTIC", "LCM_TIMESTEP_SCALING",
-           "LCM_SIGMA_DATA", "check_coeffs"]
+           "LCM_SIGMA_DATA", "DDPM_CLIP_SAMPLE", "check_coeffs"]
 
 LCM_TIMESTEP_SCALING = 10.0  # diffusers LCMScheduler default
 LCM_SIGMA_DATA = 0.5  # diffusers LCMScheduler default
+DDPM_CLIP_SAMPLE = 1.0  # diffusers DDPMScheduler default (clip_sample=True, range 1.0)
 
 _VP = (VPSchedule,)
 _SIGMA = (EDMSchedule, SigmaSchedule)
 SAMPLERS = {
     "ddim": _VP,
+    "ddpm": _VP,
     "tcd": _VP,
     "lcm": _VP + _SIGMA,
     "euler": _SIGMA,
     "euler_ancestral": _SIGMA,
     "flow_euler": (FlowSchedule,),
 }
-STOCHASTIC = ("lcm", "tcd", "euler_ancestral")
+STOCHASTIC = ("lcm", "tcd", "euler_ancestral", "ddpm")
 
 
 def _vp_x0_eps(x, out, a, prediction):
@@ -77,6 +94,21 @@ def _sigma_x0(x, out, sigma, prediction):
 def _ddim(schedule, x, out, g, z, last, gamma):
     x0, eps = _vp_x0_eps(x, out, g.level, schedule.prediction)
     return jnp.sqrt(g.level_next) * x0 + jnp.sqrt(1.0 - g.level_next) * eps
+
+
+def _ddpm(schedule, x, out, g, z, last, gamma, *, clip, guide=None):
+    x0, _ = _vp_x0_eps(x, out, g.level, schedule.prediction)
+    if clip is not None:
+        x0 = jnp.clip(x0, -clip, clip)
+    if guide is not None:
+        x0 = jnp.asarray(guide(x0, x, g.model_in), x.dtype)
+    a, a_prev = g.level, g.level_next
+    alpha = a / a_prev
+    beta = 1.0 - alpha
+    mean = (jnp.sqrt(a_prev) * beta / (1.0 - a)) * x0 + (jnp.sqrt(alpha) * (1.0 - a_prev)
+                                                         / (1.0 - a)) * x
+    std = jnp.sqrt(jnp.maximum(beta * (1.0 - a_prev) / (1.0 - a), 1e-20))
+    return jnp.where(last, mean, mean + std * z)
 
 
 def _lcm_vp(schedule, x, out, g, z, last, gamma):
@@ -127,7 +159,9 @@ def _flow_euler(schedule, x, out, g, z, last, gamma):
     return x + (g.level_next - g.level) * out
 
 
-def _step_fn(sampler, schedule):
+def _step_fn(sampler, schedule, clip_sample=DDPM_CLIP_SAMPLE, guide=None):
+    if sampler == "ddpm":
+        return functools.partial(_ddpm, clip=clip_sample, guide=guide)
     if sampler == "lcm":
         return _lcm_vp if isinstance(schedule, VPSchedule) else _lcm_sigma
     return {"ddim": _ddim, "tcd": _tcd, "euler": _euler, "euler_ancestral": _euler_ancestral,
@@ -158,7 +192,8 @@ def check_coeffs(coeffs, steps: int) -> QSchedCoeffs | None:
 
 
 def _scan(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, schedule,
-          sampler: str, steps: int, coeffs, gamma, keep: bool):
+          sampler: str, steps: int, coeffs, gamma, keep: bool, clip_sample=DDPM_CLIP_SAMPLE,
+          guide=None, guide_steps: int = 0):
     """The sampler loop shared by :func:`sample` and :func:`sample_trajectory`.
 
     Returns ``(x_start, x_final, xs)``: the scaled prior sample the scan starts from, its final
@@ -172,6 +207,16 @@ def _scan(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, sche
                          f"{[k.__name__ for k in SAMPLERS[sampler]]}, got "
                          f"{type(schedule).__name__}")
     coeffs = check_coeffs(coeffs, steps)
+    guide_steps = checks.check_int("guide_steps", guide_steps, minimum=0)
+    if guide_steps > steps:
+        raise ValueError(f"guide_steps must be <= steps={steps}, got {guide_steps}")
+    if guide_steps and guide is None:
+        raise ValueError("guide_steps > 0 needs a guide callable, got guide=None")
+    if guide_steps and sampler != "ddpm":
+        raise ValueError(f"guide (x_0 guidance) is implemented for sampler 'ddpm' only, got "
+                         f"{sampler!r}")
+    if clip_sample is not None and not float(clip_sample) > 0:
+        raise ValueError(f"clip_sample must be > 0 or None, got {clip_sample}")
     x_T = jnp.asarray(x_T)
     if not jnp.issubdtype(x_T.dtype, jnp.floating):
         raise ValueError(f"x_T must be a floating array, got dtype {x_T.dtype}")
@@ -182,28 +227,43 @@ def _scan(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, sche
         m = s = jnp.ones((steps,), dtype)
     else:
         m, s = jnp.asarray(coeffs.m, dtype), jnp.asarray(coeffs.s, dtype)
-    step = _step_fn(sampler, schedule)
     stochastic = sampler in STOCHASTIC
     keys = jax.random.split(key, steps)
     last = jnp.asarray(np.arange(steps) == steps - 1)
     gamma = jnp.asarray(gamma, dtype)
 
-    def body(x, inp):
-        g, mi, si, k, is_last = inp
-        out = denoise_fn(params, x, g.model_in)
-        z = jax.random.normal(k, x.shape, dtype) if stochastic else jnp.zeros((), dtype)
-        x_new = step(schedule, si * x, mi * jnp.asarray(out, dtype), g, z, is_last, gamma)
-        x_new = x_new.astype(dtype)
-        return x_new, (x_new if keep else None)
+    def make_body(step):
+        def body(x, inp):
+            g, mi, si, k, is_last = inp
+            out = denoise_fn(params, x, g.model_in)
+            z = jax.random.normal(k, x.shape, dtype) if stochastic else jnp.zeros((), dtype)
+            x_new = step(schedule, si * x, mi * jnp.asarray(out, dtype), g, z, is_last, gamma)
+            x_new = x_new.astype(dtype)
+            return x_new, (x_new if keep else None)
+        return body
 
     x0 = x_T * init_noise_sigma(schedule).astype(dtype)
-    x_final, xs = lax.scan(body, x0, (grid, m, s, keys, last))
+    xs_in = (grid, m, s, keys, last)
+    plain = make_body(_step_fn(sampler, schedule, clip_sample))
+    if not guide_steps:
+        x_final, xs = lax.scan(plain, x0, xs_in)
+        return x0, x_final, xs
+    cut = steps - guide_steps
+    head = jax.tree.map(lambda v: v[:cut], xs_in)
+    tail = jax.tree.map(lambda v: v[cut:], xs_in)
+    x_mid, xs_a = lax.scan(plain, x0, head) if cut else (x0, None)
+    x_final, xs_b = lax.scan(make_body(_step_fn(sampler, schedule, clip_sample, guide)), x_mid,
+                             tail)
+    xs = None
+    if keep:
+        xs = xs_b if xs_a is None else jnp.concatenate([xs_a, xs_b], axis=0)
     return x0, x_final, xs
 
 
 def sample(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, schedule,
            sampler: str, steps: int, coeffs: QSchedCoeffs | dict | None = None,
-           gamma: jax.typing.ArrayLike = 0.3) -> jax.Array:
+           gamma: jax.typing.ArrayLike = 0.3, clip_sample: float | None = DDPM_CLIP_SAMPLE,
+           guide=None, guide_steps: int = 0) -> jax.Array:
     """Run a few-step sampler from standard-normal noise ``x_T``.
 
     Unbatched in spirit: ``x_T`` may be one example or a batch, as long as ``denoise_fn`` takes
@@ -219,6 +279,12 @@ def sample(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, sch
       steps: number of model evaluations N (static, >= 1).
       coeffs: Q-Sched coefficients ``{m: [N], s: [N]}``; None = all ones (the plain sampler).
       gamma: TCD's stochasticity (traceable; used only by ``tcd``).
+      clip_sample: ``ddpm`` only (static): x_0 is clipped to ``[-clip_sample, clip_sample]``
+        (diffusers' default 1.0); None turns clipping off.
+      guide: ``ddpm`` only: ``guide(x_0, x, model_in) -> x_0'`` applied to the clipped x_0 in
+        the last ``guide_steps`` steps (see the module docstring); traced values it closes over
+        (a critic, a scale) may vary between calls.
+      guide_steps: L, number of final steps that use ``guide`` (static, 0 <= L <= steps).
 
     Returns:
       The final sample, x_T's shape and dtype.
@@ -237,14 +303,17 @@ def sample(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *, sch
     (3,)
     """
     _, x_final, _ = _scan(denoise_fn, params, key, x_T, schedule=schedule, sampler=sampler,
-                          steps=steps, coeffs=coeffs, gamma=gamma, keep=False)
+                          steps=steps, coeffs=coeffs, gamma=gamma, keep=False,
+                          clip_sample=clip_sample, guide=guide, guide_steps=guide_steps)
     return x_final
 
 
 def sample_trajectory(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Array, *,
                       schedule, sampler: str, steps: int,
                       coeffs: QSchedCoeffs | dict | None = None,
-                      gamma: jax.typing.ArrayLike = 0.3) -> jax.Array:
+                      gamma: jax.typing.ArrayLike = 0.3,
+                      clip_sample: float | None = DDPM_CLIP_SAMPLE, guide=None,
+                      guide_steps: int = 0) -> jax.Array:
     """Run :func:`sample` and keep every boundary ``x_0, ..., x_N`` of the path.
 
     Same arguments and the same scan body as :func:`sample` (TDM-R1 step 1 keeps the rollout's
@@ -268,5 +337,6 @@ def sample_trajectory(denoise_fn: DenoiseFn, params, key: jax.Array, x_T: jax.Ar
     ((3, 2), [2.0, 1.2, 0.6])
     """
     x0, _, xs = _scan(denoise_fn, params, key, x_T, schedule=schedule, sampler=sampler,
-                      steps=steps, coeffs=coeffs, gamma=gamma, keep=True)
+                      steps=steps, coeffs=coeffs, gamma=gamma, keep=True,
+                      clip_sample=clip_sample, guide=guide, guide_steps=guide_steps)
     return jnp.concatenate([x0[None], xs], axis=0)

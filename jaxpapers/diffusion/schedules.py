@@ -26,9 +26,9 @@ from jax.typing import ArrayLike
 from jaxpapers.core import checks, pytree
 
 __all__ = ["VPSchedule", "EDMSchedule", "FlowSchedule", "SigmaSchedule", "Grid",
-           "ddpm_alphas_cumprod", "karras_sigmas", "edm_preconditioning",
-           "consistency_preconditioning", "discretize", "init_noise_sigma", "validate_schedule",
-           "PREDICTIONS"]
+           "ddpm_alphas_cumprod", "vp_sde_alphas_cumprod", "karras_sigmas",
+           "edm_preconditioning", "consistency_preconditioning", "discretize",
+           "init_noise_sigma", "validate_schedule", "PREDICTIONS"]
 
 PREDICTIONS = ("epsilon", "sample", "v_prediction")
 
@@ -130,6 +130,28 @@ def ddpm_alphas_cumprod(num_train_timesteps: int = 1000, beta_start: float = 0.0
     else:
         raise ValueError(f"kind must be 'linear' or 'scaled_linear', got {kind!r}")
     return jnp.asarray(np.cumprod(1.0 - betas), _fdtype())
+
+
+def vp_sde_alphas_cumprod(num_steps: int, beta_min: float = 0.1,
+                          beta_max: float = 10.0) -> jax.Array:
+    """[T] ``cumprod(alpha_t)`` of the discretised VP SDE with linear beta(s) on [0, 1].
+
+    ``alpha_t = exp(-beta_min / T - (beta_max - beta_min) (2 t - 1) / (2 T^2))`` for
+    t = 1..T: the exact decay of the VP SDE over ``[(t - 1) / T, t / T]`` (Song et al., 2021,
+    eq. 11), the schedule of the DACER / QVPO diffusion policies (T = 20, 0.1, 10; issue 25).
+    Computed in float64, returned in the default float dtype.
+
+    >>> a = vp_sde_alphas_cumprod(20)
+    >>> a.shape, round(float(a[-1]), 5)
+    ((20,), 0.00641)
+    """
+    num_steps = checks.check_int("num_steps", num_steps, minimum=1)
+    if not (0 <= beta_min < beta_max and np.isfinite(beta_max)):
+        raise ValueError(f"need 0 <= beta_min < beta_max < inf, got beta_min={beta_min}, "
+                         f"beta_max={beta_max}")
+    t = np.arange(1, num_steps + 1, dtype=np.float64)
+    log_alpha = -beta_min / num_steps - (beta_max - beta_min) * (2 * t - 1) / (2 * num_steps ** 2)
+    return jnp.asarray(np.exp(np.cumsum(log_alpha)), _fdtype())
 
 
 def karras_sigmas(steps: int, sigma_min: ArrayLike, sigma_max: ArrayLike,

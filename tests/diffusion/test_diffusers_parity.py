@@ -94,3 +94,34 @@ def test_lcm_matches_diffusers_with_shared_noise(monkeypatch):
                                               jnp.float32(1.0), spacing="trailing"),
                       sampler="lcm", steps=4)
     np.testing.assert_allclose(np.asarray(ours), x.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_ddpm_matches_diffusers_with_shared_noise(monkeypatch):
+    """Ancestral DDPM (fixed_small variance, clip_sample) on all 20 timesteps of the VP-SDE
+    schedule CGPO's policy uses, diffusers drawing the noise we draw."""
+    import diffusers.schedulers.scheduling_ddpm as ddpm_mod
+
+    w = _w(7)
+    steps = 20
+    ac = np.asarray(dfn.vp_sde_alphas_cumprod(steps), np.float64)
+    betas = 1.0 - ac / np.concatenate([[1.0], ac[:-1]])
+    x_start = np.random.default_rng(8).normal(size=(2, D)).astype(np.float32)
+    key = jax.random.key(9)
+    zs = [np.asarray(jax.random.normal(k, x_start.shape, jnp.float32))
+          for k in jax.random.split(key, steps)]
+    it = iter(zs)
+    monkeypatch.setattr(ddpm_mod, "randn_tensor",
+                        lambda shape, **kw: torch.tensor(next(it), dtype=torch.float32))
+    sch = diffusers.DDPMScheduler(num_train_timesteps=steps, trained_betas=betas.tolist(),
+                                  clip_sample=True, variance_type="fixed_small",
+                                  prediction_type="epsilon")
+    sch.set_timesteps(steps)
+    x = torch.tensor(x_start)
+    for t in sch.timesteps:
+        out = torch.tensor(_g(w, x.numpy(), int(t)), dtype=torch.float32)
+        x = sch.step(out, t, x).prev_sample
+    g = _jax_g(w)
+    ours = dfn.sample(lambda p, x, t: g(x, t), None, key, jnp.asarray(x_start),
+                      schedule=dfn.VPSchedule(jnp.asarray(ac, jnp.float32), jnp.float32(1.0)),
+                      sampler="ddpm", steps=steps)
+    np.testing.assert_allclose(np.asarray(ours), x.numpy(), rtol=1e-4, atol=1e-4)

@@ -110,7 +110,7 @@ PAPERS: tuple[Paper, ...] = (
        _IMPL, issue=6),
     _p("rsa_cp", "RSA-CP: conformal prediction with optimal-transport score alignment", "conformal", _IMPL,
        issue=10),
-    _p("cgpo", "CGPO: critic-guided diffusion policy optimisation", "rl"),
+    _p("cgpo", "CGPO: critic-guided diffusion policy optimisation", "rl", _IMPL, issue=25),
     _p("coupling_pinn", "Coupling layers for deep physics-informed neural networks", "pinn",
        _IMPL, issue=9),
     _p("excytin", "ExCyTIn-Bench: evaluating LLM agents on cyber threat investigation", "benchmarks"),

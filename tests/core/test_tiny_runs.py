@@ -71,6 +71,10 @@ CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
     "tdm_r1": tuple(f"{k}/{m}" for k in ("reward", "judge", "fid")
                     for m in ("student", "start", "tdm_r1", "tdm_only", "rwr", "no_per_step",
                               "no_tweight")) + ("fid/real_floor",),
+    "cgpo": tuple(f"bandit/{m}/{k}" for m in ("cgpo", "qgrad", "qvpo", "drift")
+                  for k in ("mode_max", "modes_20", "reward"))
+    + ("bandit/cgpo/delta_q", "point/cgpo/delta_q")
+    + tuple(f"point/{m}/return" for m in ("cgpo", "qgrad", "qvpo", "sac")),
     "supermeshnet": tuple(f"rmse/{d}/{m}" for d in ("angle", "laplace")
                           for m in ("knn", "sup_all", "sup_few", "sup_few_ib", "comp",
                                     "comp_noib")),

@@ -2,6 +2,9 @@
 
     python -m experiments.cgpo.mujoco --env HalfCheetah-v5 --steps 30000 --seeds 3
 
+(``--methods cgpo,qvpo --out A`` and ``--methods qgrad,sac --out B`` in two processes, then
+``--merge A B``, use both cores.)
+
 One environment per run; for ``warmup`` steps uniform random actions, then the plain policy; one
 agent update every ``update_every`` env steps once ``warmup`` steps are stored (reward scale 0.2
 as QVPO / DACER). Every ``eval_every`` env steps the plain policy runs ``eval_episodes`` full
@@ -9,9 +12,10 @@ episodes on a separate environment (seeded ``seed + 10_000``); their mean return
 
 Resume: after every evaluation the run's agent state, replay buffer, key, step and curve are
 written atomically to ``<out>/checkpoints/<env>/<method>_seed<k>.msgpack``; a restarted command
-continues each unfinished run from its last checkpoint (the training environment restarts a
-fresh episode there, so a resumed run is not bit-identical to an uninterrupted one) and skips
-runs already in the results file. Results: ``<out>/mujoco_results.json``
+continues each unfinished run from its last checkpoint (both environments and the warm-up draws
+restart from a seed of (seed, step), so a resumed run is not bit-identical to an uninterrupted
+one) and skips runs already in the results file; other settings into the same ``--out`` are
+refused. Results: ``<out>/mujoco_results.json``
 (``{"env", "env_steps", "methods": {m: {"returns": [[curve per seed]]}}}``), a curve PNG and
 ``<out>/mujoco_table.md`` (final return, mean +- sd over seeds).
 """
@@ -32,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpapers import rl
+from jaxpapers.core import checks
 from jaxpapers.core.report import atomic_write_text
 
 HERE = pathlib.Path(__file__).parent
@@ -151,8 +156,18 @@ def train_gym(cfg: GymRunConfig, method: str, seed: int, *, checkpoint: pathlib.
         run = _restore(run, checkpoint)
     state, buffer = run["state"], run["buffer"]
     key = jax.random.wrap_key_data(jnp.asarray(run["key"]))
-    step, updates, curve = int(run["step"]), int(run["updates"]), np.asarray(run["curve"])
-    rng = np.random.default_rng(seed)
+    step, updates = int(run["step"]), int(run["updates"])
+    curve = np.array(run["curve"], dtype=np.float64)  # a writable copy (restored arrays are not)
+    if step:  # resumed: fresh episodes and warm-up draws, not a replay of step 0's
+        seed_now = int(np.random.SeedSequence([seed, step]).generate_state(1)[0] % 2 ** 30)
+        env.close()
+        env = GymVecEnv(cfg.env, 1, seed_now)
+        if eval_env is not None:
+            eval_env.close()
+            eval_env = GymVecEnv(cfg.env, 1, seed_now + 10_000)
+    else:
+        seed_now = seed
+    rng = np.random.default_rng(seed_now)
     obs = env.reset()
     met, train_returns = None, []
     while step < cfg.steps:
@@ -162,6 +177,8 @@ def train_gym(cfg: GymRunConfig, method: str, seed: int, *, checkpoint: pathlib.
         else:
             a = np.asarray(act(state, k_act, jnp.asarray(obs)))
         next_obs, r, term, _, new_obs = env.step(a)
+        checks.check_finite("reward", r)  # on the host: the jitted add cannot check
+        checks.check_finite("next_obs", next_obs)
         tr = rl.Transition(jnp.asarray(obs), jnp.asarray(a), jnp.asarray(r * cfg.reward_scale),
                            jnp.asarray(next_obs), jnp.asarray(term, jnp.float32))
         buffer = add(buffer, tr)
@@ -246,6 +263,29 @@ def write_outputs(results: dict[str, Any], out_dir: pathlib.Path) -> None:
     plotting.save(fig, out_dir, "mujoco_curves")
 
 
+def merge(out_dir: pathlib.Path, sources: list[pathlib.Path]) -> dict[str, Any]:
+    """Join the results of runs made in separate ``--out`` directories (e.g. one process per
+    core, each with its own ``--methods``) into ``out_dir``; the runs must share env and grid."""
+    merged: dict[str, Any] = {}
+    for src in sources:
+        r = _load(src / "mujoco_results.json")
+        if not r:
+            raise ValueError(f"{src} holds no mujoco_results.json")
+        if not merged:
+            merged = {k: v for k, v in r.items() if k != "methods"} | {"methods": {}}
+        elif (r["env"], r["env_steps"], r.get("config")) != (
+                merged["env"], merged["env_steps"], merged.get("config")):
+            raise ValueError(f"{src} was run with another env, grid or config than "
+                             f"{sources[0]}")
+        for m, v in r["methods"].items():
+            if m in merged["methods"]:
+                raise ValueError(f"method {m!r} appears in more than one source")
+            merged["methods"][m] = v
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_outputs(merged, out_dir)
+    return merged
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="HalfCheetah-v5")
@@ -259,7 +299,13 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--update-every", type=int, default=1, help="env steps per update")
     p.add_argument("--out", default=str(HERE))
+    p.add_argument("--merge", nargs="+", metavar="DIR",
+                   help="only join the results in these --out directories into --out")
     args = p.parse_args(argv)
+    if args.merge:
+        merge(pathlib.Path(args.out), [pathlib.Path(d) for d in args.merge])
+        print((pathlib.Path(args.out) / "mujoco_table.md").read_text())
+        return
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -273,11 +319,13 @@ def main(argv=None) -> None:
     path = out / "mujoco_results.json"
     results = _load(path)
     grid = [(i + 1) * cfg.eval_every for i in range(cfg.steps // cfg.eval_every)]
-    if results and (results.get("env") != cfg.env or results.get("env_steps") != grid):
-        raise SystemExit(f"{path} holds another run ({results.get('env')}, "
-                         f"{len(results.get('env_steps', []))} points); use another --out")
-    results = results or {"env": cfg.env, "env_steps": grid, "config": dataclasses.asdict(cfg),
-                          "methods": {}}
+    cfg_json = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    if results and (results.get("env") != cfg.env or results.get("env_steps") != grid
+                    or results.get("config") != cfg_json):
+        raise SystemExit(f"{path} holds a run with other settings ({results.get('env')}, "
+                         f"{len(results.get('env_steps', []))} points, config "
+                         f"{results.get('config')}); use another --out")
+    results = results or {"env": cfg.env, "env_steps": grid, "config": cfg_json, "methods": {}}
     for m in methods:
         done = results["methods"].setdefault(m, {"returns": [], "seeds": []})
         for seed in range(args.seeds):

@@ -91,7 +91,7 @@ def _stack(trees):
 
 def bandit_program(cfg: Config, method: str, guide_all: bool):
     """jitted ``run(actor0 [R], hp [R], keys [R]) -> (snapshots, final samples [R, K, 2])``;
-    snapshots: ``masses [C, R, 4]``, ``reward``, ``delta_q``, ``critic_loss`` ``[C, R]``."""
+    snapshots: ``masses [R, C, 4]``, ``reward``, ``delta_q``, ``critic_loss`` ``[R, C]``."""
     env = envs.bandit2d()
     ag = rl.make_agent(agent_config(cfg, method, point=False, guide_all=guide_all), 1, 2)
     tr = rl.make_trainer(ag, env, num_envs=cfg.bandit_envs, batch_size=cfg.bandit_batch,

@@ -46,6 +46,27 @@ def test_fifty_gymnasium_steps_and_resume(tmp_path, monkeypatch):
     assert b["returns"] == a["returns"] and b["updates"] == a["updates"]
 
 
+def test_resume_from_a_mid_run_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = mujoco.GymRunConfig(**TINY_GYM)
+    real_save, at_25 = mujoco._save, {}
+
+    def spy(tree, path):  # keep a copy of the checkpoint written at step 25
+        real_save(tree, path)
+        if int(tree["step"]) == 25:
+            at_25["bytes"] = path.read_bytes()
+
+    monkeypatch.setattr(mujoco, "_save", spy)
+    full = mujoco.train_gym(cfg, "sac", 2, checkpoint=tmp_path / "a.msgpack")
+    (tmp_path / "b.msgpack").write_bytes(at_25["bytes"])  # "killed" after step 25
+    resumed = mujoco.train_gym(cfg, "sac", 2, checkpoint=tmp_path / "b.msgpack")
+    assert resumed["returns"][0] == full["returns"][0]  # restored, not recomputed
+    assert np.isfinite(resumed["returns"][1]) and resumed["updates"] == full["updates"] == 7
+    with pytest.raises(ValueError, match="does not match"):  # another network size
+        mujoco.train_gym(dataclasses.replace(cfg, hidden=(8,)), "sac", 2,
+                         checkpoint=tmp_path / "b.msgpack")
+
+
 def test_command_writes_the_contract_json(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = ["--steps", "40", "--seeds", "1", "--methods", "cgpo,sac", "--warmup", "20",

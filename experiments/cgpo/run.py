@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import os
 import pathlib
 import time
 from typing import Any
@@ -242,7 +243,10 @@ def run(config: Config, key) -> dict[str, Any]:
     cfg = config
     sw = Stopwatch()
     k_bandit, k_point, k_mujoco = jax.random.split(key, 3)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+    # one worker per usable CPU: more threads than cores thrash (8 workers pinned to one CPU
+    # beside another job: tiny took > 10 min instead of ~1)
+    workers = max(1, len(os.sched_getaffinity(0)))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         with sw("bandit_and_point"):
             collect_point = submit_point(cfg, k_point, pool)
             collect_bandit = submit_bandit(cfg, k_bandit, pool)

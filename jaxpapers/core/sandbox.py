@@ -46,6 +46,21 @@ kernel bug is an escape); reading world-readable host files outside the hidden f
 its limits stop it). The site packages (numpy, jax) are not importable under ``-S``; the program
 gets the standard library only.
 
+SQL is the exception: ``open_readonly_sql(path, backend="sqlite" | "duckdb")`` (from
+``jaxpapers.core._sandbox_sql``, re-exported here) runs untrusted SQL outside bubblewrap, on an
+existing database file: SQLite in this process, DuckDB in a worker process of its own per
+connection. It returns a ``ReadOnlySQL`` whose ``execute(sql)`` gives a frozen ``SQLResult``
+and never raises. Enforced there: one SELECT statement per call (SQLite through an authorizer,
+``PRAGMA query_only`` and a ``mode=ro`` URI; DuckDB through a statement-type check and a locked
+read-only configuration without external file access or extensions), so no writes, ATTACH,
+VACUUM INTO, PRAGMA changes, extension loading, or (DuckDB) reading other files; a deadline of
+``timeout_s`` covering execution, fetching and counting (a DuckDB worker that has not answered
+3 s after the deadline is killed and replaced); at most ``max_rows`` rows returned; SQLite
+values of at most 10 MB; DuckDB's ``memory_limit``, and its worker's address space capped at
+``memory_mb`` + 128 MiB above its size at start (so ``repeat('a', 500000000)`` and the like,
+which DuckDB builds outside ``memory_limit``, fail). Not enforced: the memory of this process
+for SQLite, an OS sandbox around the DuckDB worker, and CPU share; see that module.
+
 >>> r = run_python("print(6 * 7)")
 >>> r.status in ("ok", "unavailable")
 True
@@ -74,7 +89,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-__all__ = ["SandboxResult", "run_python", "run", "available", "why_unavailable"]
+from jaxpapers.core._sandbox_sql import ReadOnlySQL, SQLResult, open_readonly_sql
+
+__all__ = ["SandboxResult", "run_python", "run", "available", "why_unavailable",
+           "open_readonly_sql", "ReadOnlySQL", "SQLResult"]
 
 # Programs the sandbox is built from (module-level so a test, or a machine with another layout,
 # can point them elsewhere). They are looked up at call time.

@@ -78,6 +78,12 @@ CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
                   for k in ("mode_max", "modes_20", "reward"))
     + ("bandit/cgpo/delta_q", "point/cgpo/delta_q")
     + tuple(f"point/{m}/return" for m in ("cgpo", "qgrad", "qvpo", "sac")),
+    "excytin": tuple(f"graph/{k}_{e}" for k in ("nodes", "alerts", "diameter")
+                     for e in ("min", "max"))
+    + ("graph/incidents", "questions/total", "questions/leaks", "questions/frac_3plus_steps",
+       "questions/answer_in_db", "reward/oracle/alert", "reward/graph_walk/alert",
+       "reward/random/alert", "reward/graph_walk/log", "reward/log_walk/log",
+       "reward/random/log", "sql/duckdb_agree"),
     "supermeshnet": tuple(f"rmse/{d}/{m}" for d in ("angle", "laplace")
                           for m in ("knn", "sup_all", "sup_few", "sup_few_ib", "comp",
                                     "comp_noib")),

@@ -1,0 +1,1 @@
+"""Benchmarks built offline: procedurally generated worlds, environments and judges."""

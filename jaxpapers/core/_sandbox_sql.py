@@ -1,4 +1,4 @@
-"""Read-only SQL for untrusted (agent-written) queries: SQLite in this process, DuckDB in a worker.
+"""Read-only SQL for untrusted (agent-written) queries, run in a capped worker process.
 
 ``open_readonly_sql(path, backend=...)`` opens an existing database file and returns a
 ``ReadOnlySQL``; its ``execute(sql)`` runs one statement and returns a frozen ``SQLResult`` (it
@@ -6,74 +6,108 @@ never raises: a refused, failed or timed-out query is a result whose ``error`` s
 Re-exported by ``jaxpapers.core.sandbox``; see its module docstring for the process sandbox
 (``run``), which this module does not use.
 
+**The worker** (both backends; Linux only). Every connection runs in a worker process started
+as ``python -I -c <worker_source()>`` with only ``PATH`` in its environment, ``/`` as its
+folder, in a session of its own; it never imports ``jaxpapers`` (the standard library only, and
+``duckdb`` for DuckDB). The path is checked in this process first, so a missing one is never
+created. Once its first connection is open, the worker caps its own address space
+(``RLIMIT_AS``) at its size at that moment plus ``memory_mb + WORKER_MARGIN_MB`` MiB (core dumps
+at 0 bytes): a query that needs more fails with ``"out of memory: ..."`` and the worker lives
+on. Then it installs an audit hook (``sys.addaudithook``) that refuses sockets, new processes
+(``subprocess.Popen``, ``os.system``, ``os.exec*``, ``os.posix_spawn``, ``os.fork``), opening
+any file for writing, Python-level file changes (``os.remove``, ``os.rename``, ``os.mkdir``
+and the like), and for SQLite a connection to any other database and extension loading. The
+hook is defence in depth: it sees what Python code in the worker does, not the engines'
+C-level file access (SQLite and DuckDB open, read and lock files without Python); what keeps
+SQL away from other files is each engine's setup below. This process waits for a reply at
+most ``timeout_s + WORKER_GRACE_S``: a worker that has not answered by then (stuck in one
+function call that sees neither the interrupt nor the progress handler) is killed
+(``"timeout: ..."``), one found dead is cleaned up (``"worker died: ..."``), and the next call
+gets another worker. A reply of more than ``MAX_RESULT_BYTES`` of JSON is not sent (``"result
+too large: ..."``).
+
+**The pool.** ``close()`` (or the context exit) has the worker close its engine connection and
+puts the worker, idle, in a pool of this process: at most ``POOL_IDLE_PER_KEY`` idle workers
+per database and settings (backend, path, ``memory_mb`` and the rest of what a worker is
+started with) and ``POOL_IDLE_MAX`` in all, the least recently used ended first.
+``open_readonly_sql`` takes the most recently pooled idle worker of the same database and
+settings, if any, and has it open a fresh engine connection (a new ``sqlite3`` / ``duckdb``
+connection, set up as below: nothing of one connection's session reaches the next); else it
+starts a worker. A worker serves one connection at a time. A worker that was killed or died
+is never pooled, nor one whose address space has grown since it capped it by more than the
+fraction ``POOL_MAX_GROWTH`` of ``memory_mb + WORKER_MARGIN_MB`` (memory an engine keeps
+mapped after large queries: a pooled worker may have up to that much less room than a new
+one, so a query near the cap may fail in one and not in the other), nor one of another
+process (a forked copy of this process starts workers of its own). A connection that is
+garbage-collected without ``close`` kills its worker. Idle workers end at
+``close_idle_workers()``, at this process's exit (``atexit``), or, like every worker, about a
+second after this process has gone (a watchdog thread in the worker checks its parent).
+Opening and closing a connection with a pooled worker takes about 0.5 ms with SQLite and 30
+ms with DuckDB (its connect), starting a worker about 0.05 s (SQLite) or 0.2 s (DuckDB); an
+idle worker holds about 20 MB (SQLite) or 70 MB (DuckDB) of memory. A query costs about 0.5
+ms more than in this process (a JSON round trip).
+
 What is enforced, per backend:
 
-* **SQLite** (the standard library's ``sqlite3``, in this process): the file is opened through a
-  ``mode=ro`` URI (its existence checked first, so a missing path is never created) with
-  ``PRAGMA query_only=1``; then an authorizer admits only SELECT, column reads, recursive CTEs
-  and function calls, and refuses the functions ``load_extension``, ``readfile``, ``writefile``,
-  ``edit``, ``fsdir`` and ``fts3_tokenizer``. Everything else is refused at prepare time, ``"not
-  authorized: ..."``: every PRAGMA (so ``query_only`` cannot be turned off), ATTACH / DETACH,
-  VACUUM (and VACUUM INTO), BEGIN / SAVEPOINT, CREATE / DROP / ALTER (temp objects too), INSERT /
-  UPDATE / DELETE, ANALYZE, and table-valued functions such as ``pragma_table_info()`` and
-  ``json_each()`` (their setup needs a schema update). Read the schema from ``sqlite_schema``
-  (``sqlite_master``) instead. Limits: no attached databases, values of at most
-  ``SQLITE_MAX_LENGTH`` bytes (10 MB: ``randomblob`` or ``zeroblob`` of 500 MB fail at once;
-  ``printf`` stops growing its text at the limit and returns NULL), statements of at most
-  ``MAX_SQL_CHARS`` characters; extension loading off where the build has it. A progress handler
-  (every ``SQLITE_PROGRESS_STEPS`` VM steps) stops the statement once ``timeout_s`` has passed.
-  ``mode=ro`` alone is not a sandbox: there, ATTACH of a new path creates and writes that file,
-  VACUUM INTO copies the database out, PRAGMA writable_schema / query_only are accepted and
-  ``randomblob(1e9)`` allocates 1 GB (the tests run each of these against a plain ``mode=ro``
-  connection to show it).
-* **DuckDB** (``duckdb``, imported only in the worker): each connection has its own worker
-  process (Linux only), started as ``python -I -c <worker_source()>`` with only ``PATH`` in its
-  environment, ``/`` as its folder, in a session of its own; it never imports ``jaxpapers``.
-  The worker opens the file with ``duckdb.connect(path, read_only=True)`` (the path is checked
-  in this process first, so a missing one is never created), with external access off (no file
-  reads or writes by SQL: ``read_csv``, ``read_text``, ``glob``, ``COPY ... TO``, ``EXPORT``,
-  ATTACH of a file, ``INSTALL``), extension auto-install / auto-load and community extensions
-  off, Python replacement scans off (SQL cannot read the worker's variables by name), no
-  spilling to a temp folder (a ``<db>.tmp`` folder would otherwise appear beside the database),
-  one thread, ``memory_limit`` ``memory_mb`` MB, and the configuration locked (``SET`` /
-  ``RESET`` / ``PRAGMA x=...`` fail). Then it caps its own address space (``RLIMIT_AS``) at its
-  size at that moment plus ``memory_mb + WORKER_MARGIN_MB`` MiB, and core dumps at 0 bytes:
-  ``memory_limit`` covers DuckDB's buffer-managed memory (hash tables, sorts, aggregates) but not
-  values built by some scalar functions, which the cap stops: ``repeat('a', 500000000)``,
-  ``lpad('x', 500000000, 'y')`` and ``range(500000000)`` (500 MB to 4 GB in a plain connection,
-  where ``repeat`` of 1.5 GB also ran 18 s past the interrupt) fail with ``"out of memory: ..."``
-  and the worker lives on (errors of ``memory_limit`` itself stay ``"out of memory error:
-  ..."``). Before running, the worker parses the text: exactly one statement, of type SELECT
-  (which includes ``WITH``, ``FROM t``, ``VALUES``, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``),
-  else ``"not authorized: ..."``; a watchdog thread interrupts the query once
-  ``timeout_s`` has passed. This process waits for the reply at most ``timeout_s +
-  WORKER_GRACE_S``: a worker that has not answered by then (stuck in a function that does not
-  see the interrupt) is killed (``"timeout: ..."``), one found dead is cleaned up (``"worker
-  died: ..."``), and the next call starts a new worker. A reply of more than
-  ``MAX_RESULT_BYTES`` of JSON is not sent (``"result too large: ..."``). A worker ends with its
-  connection (``close``, the context exit, or garbage collection: killed and reaped) or, at the
-  latest, about a second after this process has gone. Starting one takes about 0.2 s; an idle
-  one holds about 70 MB.
+* **SQLite** (the standard library's ``sqlite3``, in the worker): each connection opens the
+  file through a ``mode=ro`` URI with ``PRAGMA query_only=1``, ``PRAGMA temp_store=MEMORY``
+  (sorts and temp b-trees write no temp files) and ``PRAGMA hard_heap_limit`` of ``memory_mb``
+  MiB (SQLite's whole heap in the worker); then an authorizer admits only SELECT, column
+  reads, recursive CTEs and function calls, and refuses the functions ``load_extension``,
+  ``readfile``, ``writefile``, ``edit``, ``fsdir`` and ``fts3_tokenizer``. Everything else is
+  refused at prepare time, ``"not authorized: ..."``: every PRAGMA (so ``query_only`` cannot be
+  turned off), ATTACH / DETACH, VACUUM (and VACUUM INTO), BEGIN / SAVEPOINT, CREATE / DROP /
+  ALTER (temp objects too), INSERT / UPDATE / DELETE, ANALYZE, and table-valued functions such
+  as ``pragma_table_info()`` and ``json_each()`` (their setup needs a schema update). Read the
+  schema from ``sqlite_schema`` (``sqlite_master``) instead. Limits: no attached databases,
+  values of at most ``SQLITE_MAX_LENGTH`` bytes (10 MB: ``randomblob`` or ``zeroblob`` of 500
+  MB fail at once, ``"data error: string or blob too big"``; ``printf`` stops growing its text
+  at the limit and returns NULL), statements of at most ``MAX_SQL_CHARS`` characters;
+  extension loading off where the build has it. The value limit is per value: a row of sixty
+  9 MB ``zeroblob`` values (1.5 GB in a plain connection in this process) meets the heap limit
+  or the worker's cap, ``"out of memory: ..."``. A progress handler (every
+  ``SQLITE_PROGRESS_STEPS`` VM steps) stops the statement once ``timeout_s`` has passed; it is
+  not called inside one function call (``printf('%.*c', 2000000000, 'x')`` loops about 13 s
+  in one step): there the hard deadline above kills the worker. ``mode=ro`` alone is not a
+  sandbox: there, ATTACH of a new path creates and writes that file, VACUUM INTO copies the
+  database out, PRAGMA writable_schema / query_only are accepted and ``randomblob(1e9)``
+  allocates 1 GB (the tests run each of these against a plain ``mode=ro`` connection to show
+  it).
+* **DuckDB** (``duckdb``, imported only in the worker): each connection is ``duckdb.connect(
+  path, read_only=True)`` with external access off (no file reads or writes by SQL:
+  ``read_csv``, ``read_text``, ``glob``, ``COPY ... TO``, ``EXPORT``, ATTACH of a file,
+  ``INSTALL``), extension auto-install / auto-load and community extensions off, Python
+  replacement scans off (SQL cannot read the worker's variables by name), no spilling to a
+  temp folder (a ``<db>.tmp`` folder would otherwise appear beside the database), one thread,
+  ``memory_limit`` ``memory_mb`` MB, and the configuration locked (``SET`` / ``RESET`` /
+  ``PRAGMA x=...`` fail). ``memory_limit`` covers DuckDB's buffer-managed memory (hash tables,
+  sorts, aggregates) but not values built by some scalar functions, which the worker's cap
+  stops: ``repeat('a', 500000000)``, ``lpad('x', 500000000, 'y')`` and ``range(500000000)``
+  (500 MB to 4 GB in a plain connection, where ``repeat`` of 1.5 GB also ran 18 s past the
+  interrupt) fail with ``"out of memory: ..."`` (errors of ``memory_limit`` itself stay ``"out
+  of memory error: ..."``). Before running, the worker parses the text: exactly one
+  statement, of type SELECT (which includes ``WITH``, ``FROM t``, ``VALUES``, ``DESCRIBE``,
+  ``SHOW``, ``SUMMARIZE``), else ``"not authorized: ..."``; a watchdog thread interrupts the
+  query once ``timeout_s`` has passed.
 * **both**: one statement per call; the deadline (call start + ``timeout_s``) covers executing,
   fetching the first ``max_rows + 1`` rows and counting the rest (up to ``COUNT_CAP`` rows; a
-  count cut by the cap or the deadline gives ``total_rows=None``, not an error); values come back
-  as ``int`` / ``float`` / ``str`` / ``bool`` / None (bytes as hex, everything else as text); the
-  connection stays usable after a timeout or an error; calls on one connection are serialised.
+  count cut by the cap or the deadline gives ``total_rows=None``, not an error); a statement
+  whose first rows came only after the deadline (one long function call) is a ``"timeout:
+  ..."`` too, never a result (while counting, such a call delays the reply by its length, at
+  most to the hard deadline, and gives ``total_rows=None``); values come back as ``int`` /
+  ``float`` / ``str`` / ``bool`` / None (bytes as hex, everything else as text); the
+  connection stays usable after a timeout or an error; calls on one connection are
+  serialised.
 
-Not enforced: for SQLite, the memory of this process (there is no per-connection heap cap, only
-the 10 MB value limit; a row may hold many such values, and its sorter may use temp files; run
-the query in a child process, e.g. through ``sandbox.run``, where this matters), the deadline
-inside one SQLite function call (``printf('%.*c', 2000000000, 'x')`` loops about 13 s with its
-memory capped at 10 MB, then returns NULL; the deadline is checked between VM steps), temp-file
-disk use by its sorter (bounded by the deadline only), and a database in WAL mode gets its
-``-wal`` / ``-shm`` side files created by the reader (the database file itself is not written).
-For DuckDB: the worker runs as this user without an OS sandbox (no bubblewrap, seccomp or
-cgroup): what keeps SQL from files is DuckDB's own configuration above, and a DuckDB bug could
-reach whatever this user can; its memory is capped as address space, not as resident memory,
-and is not charged to this process (memory DuckDB has freed stays mapped, so after a query
-that filled ``memory_limit`` a later one may meet the cap sooner: it then fails, ``"out of
-memory: ..."``). For both: CPU share (SQLite runs on the calling thread, DuckDB on one thread
-of its worker).
+Not enforced: an OS sandbox around the workers (no bubblewrap, seccomp or cgroup): they run as
+this user, what keeps SQL from files is the engines' setup above (SQLite's authorizer and
+limits, DuckDB's configuration), the audit hook does not see C-level calls, and an engine bug
+could reach whatever this user can. Memory is capped as address space, not as resident
+memory, and is not charged to this process (memory an engine has freed may stay mapped, so
+after a query that filled ``memory_limit`` a later one may meet the cap sooner: it then fails,
+``"out of memory: ..."``; a worker grown that far is not pooled again, see above). A
+database in WAL mode gets its ``-wal`` / ``-shm`` side files created by the SQLite reader (the
+database file itself is not written). CPU share (each worker runs its query on one thread).
 
 >>> import os, sqlite3, tempfile
 >>> folder = tempfile.mkdtemp()
@@ -95,6 +129,7 @@ not authorized: not authorized (this connection runs read-only SELECT statements
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime
 import decimal
@@ -116,7 +151,7 @@ import time
 import urllib.parse
 import uuid
 
-__all__ = ["SQLResult", "ReadOnlySQL", "open_readonly_sql"]
+__all__ = ["SQLResult", "ReadOnlySQL", "open_readonly_sql", "close_idle_workers"]
 
 BACKENDS = ("sqlite", "duckdb")
 MAX_SQL_CHARS = 100_000  # longest statement text accepted (both backends)
@@ -128,11 +163,12 @@ MIN_MEMORY_MB = 16
 ERROR_CHARS = 2000  # an engine message is cut to this many characters
 CELL_CHARS = 200  # SQLResult.text() cuts each value to this many characters
 
-# DuckDB worker. Its address space may grow by memory_mb + WORKER_MARGIN_MB MiB after opening
-# the database (about 700 MB then). The margin holds what memory_limit does not count: DuckDB's
-# buffer pool was measured at about 30 MB of address space above memory_limit (256 MB), and a
-# reply is built as Python values, JSON text and bytes (up to 3 x MAX_RESULT_BYTES). With the
-# default memory_mb=256 that is 384 MiB: a 500 MB value cannot be built.
+# Workers. A worker's address space may grow by memory_mb + WORKER_MARGIN_MB MiB after its
+# first connection is open (about 760 MiB then with DuckDB, 90 MiB with SQLite). The margin holds
+# what memory_limit (DuckDB) and hard_heap_limit (SQLite) do not count: DuckDB's buffer pool
+# was measured at about 30 MB of address space above memory_limit (256 MB), and a reply is
+# built as Python values, JSON text and bytes (up to 3 x MAX_RESULT_BYTES). With the default
+# memory_mb=256 that is 384 MiB: a 500 MB value, or row, cannot be built.
 WORKER_MARGIN_MB = 128
 WORKER_GRACE_S = 3.0  # after timeout_s, how long to wait for a reply before killing the worker
 WORKER_START_TIMEOUT_S = 30.0  # how long a worker may take to open the database
@@ -140,6 +176,16 @@ WORKER_EXIT_WAIT_S = 1.0  # a worker that broke off the protocol gets this long 
 MAX_RESULT_BYTES = 16 * 2**20  # largest reply (JSON) a worker sends; more is an error
 _REPLY_SLACK = 2**20  # what this process reads beyond MAX_RESULT_BYTES before giving up
 _STDERR_KEEP = 4096  # bytes of the worker's stderr kept, to say why it died
+
+# The pool of idle workers (see the module docstring).
+POOL_IDLE_PER_KEY = 4  # idle workers kept per database and settings
+POOL_IDLE_MAX = 8  # idle workers kept in all
+# A worker whose address space has grown by more than this fraction of memory_mb +
+# WORKER_MARGIN_MB since it capped itself is not pooled again (it has less room left than a new
+# one). Engines keep freed memory mapped: after ExCyTIn's DuckDB queries a worker had grown by 70
+# to 290 MiB (resident: about 75 MB); SQLite workers by about 10 MiB.
+POOL_MAX_GROWTH = 0.5
+_CLOSE_TIMEOUT_S = 5.0  # how long closing a connection in its worker may take
 
 # SQLite: what the authorizer admits; function names it refuses even so.
 _SQLITE_ALLOWED_ACTIONS = frozenset((sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ,
@@ -171,10 +217,10 @@ class SQLResult:
         ``COUNT_CAP`` rows or at the deadline (and on error).
       error: None on success; ``"timeout: ..."`` when the deadline stopped it; otherwise the
         reason prefixed by its kind, e.g. ``"not authorized: ..."``, ``"invalid input: ..."``,
-        ``"operational error: no such table: x"``, ``"parser error: ..."``; with DuckDB also
-        ``"out of memory: ..."`` (its worker's address-space cap), ``"out of memory error:
-        ..."`` (DuckDB's ``memory_limit``), ``"result too large: ..."`` and ``"worker died:
-        ..."``.
+        ``"operational error: no such table: x"``, ``"parser error: ..."``, ``"out of memory:
+        ..."`` (the worker's address-space cap, or SQLite's heap limit), ``"result too large:
+        ..."``, ``"worker died: ..."``; with DuckDB also ``"out of memory error: ..."`` (its
+        ``memory_limit``).
       seconds: wall time of the call.
 
     >>> r = SQLResult(("a", "b"), ((1, "x"), (None, "y\\nz")), False, 2, None, 0.01)
@@ -235,7 +281,8 @@ class _Timeout(Exception):
 
 
 class ReadOnlySQL:
-    """A read-only connection for untrusted SQL; made by ``open_readonly_sql``.
+    """A read-only connection for untrusted SQL, in a worker process; made by
+    ``open_readonly_sql``.
 
     ``execute(sql)`` never raises; ``close()`` is idempotent; usable as a context manager.
     Attributes: ``backend``, ``path`` (absolute), ``timeout_s``, ``max_rows``, ``memory_mb``.
@@ -300,12 +347,13 @@ class ReadOnlySQL:
             return _failed(f"timeout: the query ran past timeout_s={self.timeout_s:g} s and was "
                            f"stopped after {time.monotonic() - start:.2f} s{note}", start)
         except Exception as err:  # the engine's own errors, and anything unforeseen
-            return _failed(_describe(err), start)
+            return _failed(_describe_engine(err), start)
         return SQLResult(columns, rows, truncated, total, None, time.monotonic() - start)
 
     def close(self) -> None:
         """Close the connection (idempotent); later ``execute`` calls return an error result.
-        With DuckDB this also ends (kills and reaps) its worker process."""
+        Its worker closes the engine connection and goes back to the pool of idle workers, or
+        is ended (killed and reaped) when it may not be pooled; see the module docstring."""
         with self._lock:
             engine, self._engine = self._engine, None
         if engine is not None:
@@ -318,26 +366,12 @@ def _failed(error: str, start: float) -> SQLResult:
     return SQLResult((), (), False, None, error, time.monotonic() - start)
 
 
-def _describe(err: Exception) -> str:
-    """``kind: message`` for an engine's exception."""
-    msg = str(err).strip() or type(err).__name__
-    if isinstance(err, sqlite3.Error) or isinstance(err, sqlite3.Warning):
-        if msg in ("not authorized", "authorization denied"):
-            return f"not authorized: {msg} ({_SQLITE_REFUSAL})"
-        if msg.startswith("not authorized"):  # "not authorized to use function: load_extension"
-            return f"not authorized: {msg}"
-        if "one statement at a time" in msg:
-            return f"invalid input: {msg}"
-        return f"{_words(type(err).__name__)}: {msg}"
-    return _describe_engine(err)
-
-
-# From here to the SQLite section, the functions also run in the DuckDB worker (as do
-# ``_Refused``, ``_Timeout`` and the worker's own code; see ``worker_source``): they may use
-# only the modules that ``_WORKER_HEADER`` imports.
+# From here to the section "this process's side", the code runs in the worker (see
+# ``worker_source``; ``_Refused`` and ``_Timeout`` too): it may use only the modules that
+# ``_WORKER_HEADER`` imports, and the engine module handed to it.
 
 def _describe_engine(err: Exception) -> str:
-    """``kind: message`` for a DuckDB (or any non-SQLite) exception."""
+    """``kind: message`` for a DuckDB exception, or any other (not an SQLite error)."""
     msg = str(err).strip() or type(err).__name__
     m = re.match(r"([A-Za-z][A-Za-z ]*?) Error: (.*)", msg, re.DOTALL)
     if m:  # DuckDB: "Catalog Error: Table with name x does not exist!"
@@ -349,6 +383,18 @@ def _words(class_name: str) -> str:
     """``OperationalError`` -> ``operational error``; ``ParserException`` -> ``parser error``."""
     name = re.sub(r"(Exception|Error)$", "", class_name) or class_name
     return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name).lower() + " error"
+
+
+def _describe_sqlite(err: Exception, refusal: str) -> str:
+    """``kind: message`` for an ``sqlite3`` exception; ``refusal`` explains the authorizer."""
+    msg = str(err).strip() or type(err).__name__
+    if msg in ("not authorized", "authorization denied"):
+        return f"not authorized: {msg} ({refusal})"
+    if msg.startswith("not authorized"):  # "not authorized to use function: load_extension"
+        return f"not authorized: {msg}"
+    if "one statement at a time" in msg:
+        return f"invalid input: {msg}"
+    return f"{_words(type(err).__name__)}: {msg}"
 
 
 def _value(v):
@@ -379,15 +425,18 @@ def _jsonable(v):
 def _collect(fetchmany, max_rows: int, deadline: float, timed_out, count_cap: int,
              count_batch: int) -> tuple:
     """(rows, truncated, total_rows) from a statement's cursor. An error while fetching the
-    first ``max_rows + 1`` rows propagates (``_Timeout`` when the deadline caused it); while
-    counting further (``count_batch`` rows at a time, up to ``count_cap``), a deadline stop
-    gives total None and any other error propagates."""
+    first ``max_rows + 1`` rows propagates (``_Timeout`` when the deadline caused it), and so
+    does ``_Timeout`` when they came after the deadline (one long function call, which no
+    interrupt stopped); while counting further (``count_batch`` rows at a time, up to
+    ``count_cap``), the deadline gives total None and any other error propagates."""
     try:
         first = fetchmany(max_rows + 1)
     except Exception:
         if timed_out():
             raise _Timeout() from None
         raise
+    if time.monotonic() >= deadline:
+        raise _Timeout()
     rows = tuple(tuple(_value(v) for v in row) for row in first[:max_rows])
     if len(first) <= max_rows:
         return rows, False, len(first)
@@ -397,6 +446,8 @@ def _collect(fetchmany, max_rows: int, deadline: float, timed_out, count_cap: in
             if time.monotonic() >= deadline:
                 return rows, True, None
             batch = fetchmany(count_batch)
+            if time.monotonic() >= deadline:
+                return rows, True, None
             if not batch:
                 return rows, True, n
             n += len(batch)
@@ -407,103 +458,85 @@ def _collect(fetchmany, max_rows: int, deadline: float, timed_out, count_cap: in
     return rows, True, None
 
 
-# ----------------------------------------------------------------------------- SQLite
-
-def _sqlite_authorizer(action, arg1, arg2, db_name, trigger) -> int:
-    if action not in _SQLITE_ALLOWED_ACTIONS:
-        return sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _SQLITE_DENIED_FUNCTIONS:
-        return sqlite3.SQLITE_DENY
-    return sqlite3.SQLITE_OK
-
+# ----------------------------------------------------------------------------- SQLite (worker)
 
 def _decode_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-class _SQLiteEngine:
-    def __init__(self, path: str):
-        self._deadline = math.inf
-        self._timed_out = False
-        uri = "file:" + urllib.parse.quote(path) + "?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        try:
-            conn.text_factory = _decode_text
-            if hasattr(conn, "enable_load_extension"):  # absent when built without it
-                conn.enable_load_extension(False)
-            # before the authorizer, which refuses every PRAGMA from then on
-            conn.execute("PRAGMA query_only = 1")
-            for limit, value in _SQLITE_LIMITS:
-                conn.setlimit(limit, value)
-            conn.set_authorizer(_sqlite_authorizer)
-            conn.set_progress_handler(self._progress, SQLITE_PROGRESS_STEPS)
-            conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()  # not a database?
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
+class _ProgressDeadline:
+    """In the SQLite worker: a connection's progress handler, which stops the running statement
+    once its deadline has passed (``fired`` then says so)."""
 
-    def _progress(self) -> int:
-        if time.monotonic() >= self._deadline:
-            self._timed_out = True
+    def __init__(self):
+        self.deadline = float("inf")
+        self.fired = False
+
+    def arm(self, deadline: float) -> None:
+        self.fired = False
+        self.deadline = deadline
+
+    def disarm(self) -> None:
+        self.deadline = float("inf")
+
+    def __call__(self) -> int:
+        if time.monotonic() >= self.deadline:
+            self.fired = True
             return 1  # abort the statement: sqlite3.OperationalError("interrupted")
         return 0
 
-    def run(self, sql: str, deadline: float, max_rows: int) -> tuple:
-        self._timed_out = False
-        self._deadline = deadline
-        cur = None
-        try:
-            try:
-                cur = self._conn.execute(sql)
-            except Exception:
-                if self._timed_out:
-                    raise _Timeout() from None
-                raise
-            if cur.description is None:  # only comments or ';' (nothing else passes the authorizer)
-                raise _Refused("invalid input: empty statement")
-            columns = tuple(d[0] for d in cur.description)
-            rows, truncated, total = _collect(cur.fetchmany, max_rows, deadline,
-                                              lambda: self._timed_out, COUNT_CAP, COUNT_BATCH)
-            return columns, rows, truncated, total
-        finally:
-            self._deadline = math.inf
-            if cur is not None:
-                cur.close()
 
-    def close(self) -> None:
-        self._conn.close()
+def _worker_connect(engine, settings: dict) -> tuple:
+    """In the worker: a new connection of ``engine`` (the ``sqlite3`` or ``duckdb`` module) to
+    the database, set up for untrusted SQL as the module docstring says; returns it and its
+    ``_ProgressDeadline`` (None with DuckDB, whose deadline is the watchdog's)."""
+    if settings["backend"] == "duckdb":
+        conn = engine.connect(settings["path"], read_only=True, config=settings["config"])
+        return conn, None
+    conn = engine.connect(settings["uri"], uri=True, isolation_level=None,
+                          check_same_thread=False)
+    try:
+        conn.text_factory = _decode_text
+        if hasattr(conn, "enable_load_extension"):  # absent when built without it
+            conn.enable_load_extension(False)
+        for pragma in settings["pragmas"]:  # before the authorizer, which refuses every PRAGMA
+            conn.execute(pragma).fetchall()
+        for limit, value in settings["limits"]:
+            conn.setlimit(limit, value)
+        allowed = frozenset(settings["allowed_actions"])
+        denied = frozenset(settings["denied_functions"])
 
+        def authorizer(action, arg1, arg2, db_name, trigger) -> int:
+            if action not in allowed:
+                return engine.SQLITE_DENY
+            if action == engine.SQLITE_FUNCTION and (arg2 or "").lower() in denied:
+                return engine.SQLITE_DENY
+            return engine.SQLITE_OK
 
-# ----------------------------------------------------------------------------- DuckDB
-
-def _duckdb_config(memory_mb: int) -> dict:
-    return {
-        "enable_external_access": False,
-        "autoload_known_extensions": False,
-        "autoinstall_known_extensions": False,
-        "allow_community_extensions": False,
-        "allow_unsigned_extensions": False,
-        "allow_persistent_secrets": False,
-        "python_enable_replacements": False,
-        "python_scan_all_frames": False,
-        "temp_directory": "",
-        "threads": 1,
-        "memory_limit": f"{memory_mb}MB",
-        "lock_configuration": True,  # last: nothing can be changed after it
-    }
+        conn.set_authorizer(authorizer)
+        progress = _ProgressDeadline()
+        conn.set_progress_handler(progress, settings["progress_steps"])
+        conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()  # not a database?
+    except BaseException:
+        conn.close()
+        raise
+    return conn, progress
 
 
-# The worker's side. Protocol, one JSON object per line: the worker's first line is
-# {"ready": true, "address_space_bytes": cap} or {"startup_error": description, "kind": "import"
-# | "open"}; then for each request {"sql", "max_rows", "deadline_s", "count_cap", "count_batch"}
-# one reply {"columns", "rows", "truncated", "total_rows", "error": null} or {"error": "kind:
-# ..."} or {"timed_out": true}. The worker ends at the end of its input.
+# ----------------------------------------------------------------------------- worker
+
+# Protocol, one JSON object per line. The worker's first line is {"ready": true, "size_bytes",
+# "address_space_bytes", "connection": 1} (its first connection is open) or {"startup_error":
+# description, "kind": "import" | "open"}. Then one reply per request: {"op": "query", "sql",
+# "max_rows", "deadline_s", "count_cap", "count_batch"} gets {"columns", "rows", "truncated",
+# "total_rows", "error": null}, {"error": "kind: ..."} or {"timed_out": true}; {"op": "close"}
+# closes the connection, {"closed": true}; {"op": "open"} opens a fresh one, {"opened": its
+# number} or {"error": ...}. The worker ends at the end of its input.
 
 class _Watchdog:
     """In the worker: a thread, started before the address space is capped, that interrupts the
-    armed cursor at its deadline, and ends the worker once its parent has gone (checked every
-    second, also while DuckDB runs a function that does not see interrupts)."""
+    armed DuckDB cursor at its deadline, and ends the worker once its parent has gone (checked
+    every second, also while an engine runs a function that does not see interrupts)."""
 
     def __init__(self):
         self.fired = False
@@ -531,23 +564,31 @@ class _Watchdog:
             self._cond.wait(0)  # this thread's first allocations, before the cap
             started.set()
             while True:
-                if os.getppid() != self._parent:
-                    os._exit(1)
-                left = 1.0 if self._cursor is None else self._deadline - time.monotonic()
-                if left > 0:
-                    self._cond.wait(min(left, 1.0))
-                    continue
-                self.fired = True
                 try:
-                    self._cursor.interrupt()
-                except Exception:  # the parent's hard deadline still applies
+                    self._step()
+                except MemoryError:  # the query has the address space full: look again
                     pass
-                self._cursor = None
+
+    def _step(self) -> None:
+        """One look, with the condition's lock held."""
+        if os.getppid() != self._parent:
+            os._exit(1)
+        left = 1.0 if self._cursor is None else self._deadline - time.monotonic()
+        if left > 0:
+            self._cond.wait(min(left, 1.0))
+            return
+        self.fired = True
+        try:
+            self._cursor.interrupt()
+        except Exception:  # the parent's hard deadline still applies
+            pass
+        self._cursor = None
 
 
-def _cap_address_space(extra_mb: int) -> int:
+def _cap_address_space(extra_mb: int) -> tuple:
     """In the worker: no core dumps, and an address-space cap (soft and hard) of the current
-    size (``VmSize``) plus ``extra_mb`` MiB, or lower if already lower; returns it in bytes."""
+    size (``VmSize``) plus ``extra_mb`` MiB, or lower if already lower; returns (the size, the
+    cap) in bytes."""
     import resource  # POSIX only: imported where it runs
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -563,38 +604,93 @@ def _cap_address_space(extra_mb: int) -> int:
         if current != resource.RLIM_INFINITY:
             cap = min(cap, current)
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    return cap
+    return size, cap
 
 
-def _worker_query(conn, request: dict, watchdog, settings: dict) -> dict:
-    """In the worker: run one request on a new cursor of ``conn``; the reply on success."""
+def _audit_hook(settings: dict):
+    """The worker's audit hook (``sys.addaudithook``), installed once the worker is set up: a
+    function of (event, args) that raises ``PermissionError`` for sockets (every ``socket.*``
+    event), new processes, opening a file for writing (a mode with w, a, x or +, or write
+    flags), Python-level file changes, extension loading, and a ``sqlite3`` connection to any
+    database but ``settings["uri"]`` (with DuckDB: to any). Defence in depth: the engines' own
+    C-level file access raises no audit events."""
+    refused = frozenset((
+        "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+        "os.forkpty", "os.startfile", "pty.spawn", "os.remove", "os.rename", "os.rmdir",
+        "os.mkdir", "os.truncate", "os.link", "os.symlink", "os.chmod", "os.chown", "os.utime",
+        "os.chflags", "sqlite3.load_extension"))
+    writing = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    uri = settings.get("uri")
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "open":
+            mode = args[1] if len(args) > 1 else None
+            flags = args[2] if len(args) > 2 else None
+            if ((isinstance(mode, str) and any(c in mode for c in "wax+"))
+                    or (isinstance(flags, int) and flags & writing)):
+                raise PermissionError(f"refused in the SQL worker: opening {args[0]!r} for "
+                                      f"writing")
+        elif event in refused or event.startswith("socket."):
+            raise PermissionError(f"refused in the SQL worker: {event}")
+        elif event == "sqlite3.connect" and (uri is None or not args or args[0] != uri):
+            raise PermissionError("refused in the SQL worker: sqlite3.connect to another "
+                                  "database")
+        elif event == "sqlite3.enable_load_extension" and len(args) > 1 and args[1]:
+            raise PermissionError("refused in the SQL worker: enabling extension loading")
+
+    return hook
+
+
+def _worker_query(session: dict, request: dict, watchdog, settings: dict) -> dict:
+    """In the worker: run one request on a new cursor of the open connection; the reply on
+    success."""
     deadline = time.monotonic() + request["deadline_s"]
-    statements = conn.extract_statements(request["sql"])
-    if len(statements) != 1:
-        raise _Refused("invalid input: empty statement" if not statements else
-                       f"invalid input: one statement at a time, got {len(statements)}")
-    stmt = statements[0]
-    kind = getattr(stmt.type, "name", str(stmt.type))
-    if kind not in settings["allowed_statements"]:
-        raise _Refused(f"not authorized: {settings['refusal'].format(kind=kind)}")
-    cur = conn.cursor()
-    watchdog.arm(cur, deadline)
+    conn, progress = session["conn"], session["progress"]
+    if conn is None:
+        raise _Refused("closed: the connection is closed")
+    if progress is None:  # DuckDB: one statement of an allowed type, checked before running
+        statements = conn.extract_statements(request["sql"])
+        if len(statements) != 1:
+            raise _Refused("invalid input: empty statement" if not statements else
+                           f"invalid input: one statement at a time, got {len(statements)}")
+        statement = statements[0]
+        kind = getattr(statement.type, "name", str(statement.type))
+        if kind not in settings["allowed_statements"]:
+            raise _Refused(f"not authorized: {settings['refusal'].format(kind=kind)}")
+        cur = conn.cursor()
+        watchdog.arm(cur, deadline)
+    else:  # SQLite: the authorizer refuses at prepare time, the progress handler stops it
+        statement = request["sql"]
+        cur = conn.cursor()
+        progress.arm(deadline)
+    flag = watchdog if progress is None else progress  # its .fired: the deadline stopped it
     try:
         try:
-            cur.execute(stmt)
+            cur.execute(statement)
         except Exception:
-            if watchdog.fired:
+            if flag.fired:
                 raise _Timeout() from None
             raise
+        if cur.description is None and progress is not None:  # only comments or ';'
+            raise _Refused("invalid input: empty statement")
         columns = [d[0] for d in cur.description or ()]
         rows, truncated, total = _collect(cur.fetchmany, request["max_rows"], deadline,
-                                          lambda: watchdog.fired, request["count_cap"],
+                                          lambda: flag.fired, request["count_cap"],
                                           request["count_batch"])
     finally:
         watchdog.disarm()
+        if progress is not None:
+            progress.disarm()
         cur.close()
     return {"columns": columns, "rows": rows, "truncated": truncated, "total_rows": total,
             "error": None}
+
+
+def _worker_close(session: dict) -> None:
+    """In the worker: close the open connection, if any."""
+    conn, session["conn"], session["progress"] = session["conn"], None, None
+    if conn is not None:
+        conn.close()
 
 
 def _worker_out_of_memory(err: BaseException, settings: dict) -> str:
@@ -605,12 +701,34 @@ def _worker_out_of_memory(err: BaseException, settings: dict) -> str:
             f"{settings['memory_mb']} plus {settings['margin_mb']})")
 
 
-def _worker_reply(conn, line: bytes, watchdog, settings: dict, duckdb) -> bytes:
+def _worker_error(err: BaseException, settings: dict, engine) -> str:
+    """In the worker: ``kind: message`` for an exception of the engine, or of Python."""
+    if isinstance(err, MemoryError) or (
+            settings["backend"] == "duckdb" and isinstance(err, engine.OutOfMemoryException)
+            and re.search(r"bad.alloc|allocation failure", str(err), re.IGNORECASE)):
+        return _worker_out_of_memory(err, settings)  # SQLite's heap limit is a MemoryError
+    if settings["backend"] == "sqlite" and isinstance(err, (engine.Error, engine.Warning)):
+        return _describe_sqlite(err, settings["refusal"])
+    return _describe_engine(err)
+
+
+def _worker_reply(session: dict, line: bytes, watchdog, settings: dict, engine) -> bytes:
     """In the worker: the reply line (with its newline) to one request line."""
     reply = None
     try:
         try:
-            reply = _worker_query(conn, json.loads(line), watchdog, settings)
+            request = json.loads(line)
+            op = request.get("op")
+            if op == "open":
+                _worker_close(session)
+                session["conn"], session["progress"] = _worker_connect(engine, settings)
+                session["number"] += 1
+                reply = {"opened": session["number"]}
+            elif op == "close":
+                _worker_close(session)
+                reply = {"closed": True}
+            else:
+                reply = _worker_query(session, request, watchdog, settings)
         except _Refused as err:
             reply = {"error": str(err)}
         except _Timeout:
@@ -618,83 +736,133 @@ def _worker_reply(conn, line: bytes, watchdog, settings: dict, duckdb) -> bytes:
         data = json.dumps(reply).encode("ascii") + b"\n"
     except Exception as err:  # MemoryError too
         reply = None
-        capped = isinstance(err, MemoryError) or (
-            isinstance(err, duckdb.OutOfMemoryException)
-            and re.search(r"bad.alloc|allocation failure", str(err), re.IGNORECASE))
-        error = _worker_out_of_memory(err, settings) if capped else _describe_engine(err)
-        data = json.dumps({"error": error}).encode("ascii") + b"\n"
+        data = json.dumps({"error": _worker_error(err, settings, engine)}).encode("ascii") + b"\n"
     reply = None
     if len(data) > settings["max_result_bytes"]:
         data = json.dumps({"error": (
             f"result too large: the reply would take {len(data)} bytes of JSON, more than "
             f"{settings['max_result_bytes']}; select fewer rows or shorter values, e.g. "
-            f"left(x, 1000)")}).encode("ascii") + b"\n"
+            f"substr(x, 1, 1000)")}).encode("ascii") + b"\n"
     return data
 
 
 def _worker_main(settings: dict) -> None:
-    """The DuckDB worker process: open the database, cap the address space, answer requests."""
+    """The worker process: open the first connection, cap the address space, install the audit
+    hook, answer requests."""
     # The protocol gets private copies of fds 0 and 1, which then point at /dev/null: nothing
-    # DuckDB or Python may print there can garble it.
+    # an engine or Python may print there can garble it.
     requests = os.fdopen(os.dup(0), "rb")
     replies = os.fdopen(os.dup(1), "wb")
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
+    sys.dont_write_bytecode = True  # an import under the audit hook must not write a .pyc
 
     def send(message: dict) -> None:
         replies.write(json.dumps(message).encode("ascii") + b"\n")
         replies.flush()
 
-    if settings["duckdb_home"] not in sys.path:  # e.g. the user site, which -I leaves out
-        sys.path.append(settings["duckdb_home"])
     try:
-        import duckdb
+        if settings["backend"] == "duckdb":
+            if settings["duckdb_home"] not in sys.path:  # e.g. the user site, which -I leaves out
+                sys.path.append(settings["duckdb_home"])
+            import duckdb as engine
+        else:
+            import sqlite3 as engine
     except ImportError as err:
         send({"startup_error": str(err), "kind": "import"})
         return
+    session = {"conn": None, "progress": None, "number": 1}
     try:
-        conn = duckdb.connect(settings["path"], read_only=True, config=settings["config"])
+        session["conn"], session["progress"] = _worker_connect(engine, settings)
     except Exception as err:
-        send({"startup_error": _describe_engine(err), "kind": "open"})
+        send({"startup_error": _worker_error(err, settings, engine), "kind": "open"})
         return
     watchdog = _Watchdog()
     try:
-        cap = _cap_address_space(settings["memory_mb"] + settings["margin_mb"])
+        size, cap = _cap_address_space(settings["memory_mb"] + settings["margin_mb"])
     except (OSError, ValueError) as err:
         send({"startup_error": f"cannot cap the worker's address space: {err}", "kind": "open"})
         return
-    send({"ready": True, "address_space_bytes": cap})
+    sys.addaudithook(_audit_hook(settings))
+    send({"ready": True, "size_bytes": size, "address_space_bytes": cap, "connection": 1})
     for line in requests:
-        replies.write(_worker_reply(conn, line, watchdog, settings, duckdb))
+        replies.write(_worker_reply(session, line, watchdog, settings, engine))
         replies.flush()
 
 
 _WORKER_HEADER = ("from __future__ import annotations\n"
                   "import datetime, decimal, json, os, re, sys, threading, time, uuid\n")
-_WORKER_CODE = (_Refused, _Timeout, _describe_engine, _words, _value, _jsonable, _collect,
-                _Watchdog, _cap_address_space, _worker_query, _worker_out_of_memory,
-                _worker_reply, _worker_main)
+_WORKER_CODE = (_Refused, _Timeout, _describe_engine, _words, _describe_sqlite, _value,
+                _jsonable, _collect, _decode_text, _ProgressDeadline, _worker_connect,
+                _Watchdog, _cap_address_space, _audit_hook, _worker_query, _worker_close,
+                _worker_out_of_memory, _worker_error, _worker_reply, _worker_main)
+_WORKER_CALL = "_worker_main(json.loads(sys.argv[1]))\n"
 
 
 @functools.cache
-def worker_source() -> str:
-    """The DuckDB worker's program: ``_WORKER_HEADER``, the source of ``_WORKER_CODE`` (the
-    conversion and description rules are the same code as in this process) and a call of
+def worker_source(main: bool = True) -> str:
+    """The worker's program: ``_WORKER_HEADER``, the source of ``_WORKER_CODE`` (the conversion
+    and description rules are the same code as in this process) and, with ``main``, a call of
     ``_worker_main`` with the settings in ``sys.argv[1]`` (JSON). It imports the standard
-    library and ``duckdb`` only."""
+    library and, for DuckDB, ``duckdb`` only."""
     parts = [_WORKER_HEADER] + [inspect.getsource(obj) for obj in _WORKER_CODE]
-    parts.append("_worker_main(json.loads(sys.argv[1]))\n")
+    if main:
+        parts.append(_WORKER_CALL)
     return "\n\n".join(parts)
 
 
+# ----------------------------------------------------------------------------- this process's side
+
+def _duckdb_config(memory_mb: int) -> dict:
+    return {
+        "enable_external_access": False,
+        "autoload_known_extensions": False,
+        "autoinstall_known_extensions": False,
+        "allow_community_extensions": False,
+        "allow_unsigned_extensions": False,
+        "allow_persistent_secrets": False,
+        "python_enable_replacements": False,
+        "python_scan_all_frames": False,
+        "temp_directory": "",
+        "threads": 1,
+        "memory_limit": f"{memory_mb}MB",
+        "lock_configuration": True,  # last: nothing can be changed after it
+    }
+
+
+@functools.cache
 def _duckdb_home() -> str:
     """The folder this process would import ``duckdb`` from (without importing it)."""
     spec = importlib.util.find_spec("duckdb")
     if spec is None or not spec.origin:
         raise ImportError("the duckdb backend needs the duckdb package (pip install duckdb)")
     return os.path.dirname(os.path.dirname(spec.origin))
+
+
+def _worker_settings(backend: str, path: str, memory_mb: int) -> dict:
+    """What a worker for ``path`` is started with (JSON; with ``sys.executable`` also its pool
+    key): everything but the per-query values."""
+    settings = {"backend": backend, "path": path, "memory_mb": memory_mb,
+                "margin_mb": WORKER_MARGIN_MB, "max_result_bytes": MAX_RESULT_BYTES}
+    if backend == "duckdb":
+        settings.update(duckdb_home=_duckdb_home(), config=_duckdb_config(memory_mb),
+                        allowed_statements=sorted(_DUCKDB_ALLOWED_STATEMENTS),
+                        refusal=_DUCKDB_REFUSAL)
+        return settings
+    settings.update(uri="file:" + urllib.parse.quote(path) + "?mode=ro",
+                    pragmas=["PRAGMA query_only = 1", "PRAGMA temp_store = MEMORY",
+                             f"PRAGMA hard_heap_limit = {memory_mb * 2**20}"],
+                    limits=[list(pair) for pair in _SQLITE_LIMITS],
+                    allowed_actions=sorted(_SQLITE_ALLOWED_ACTIONS),
+                    denied_functions=sorted(_SQLITE_DENIED_FUNCTIONS),
+                    progress_steps=SQLITE_PROGRESS_STEPS, refusal=_SQLITE_REFUSAL)
+    return settings
+
+
+def _pool_key(settings: dict) -> str:
+    return json.dumps([sys.executable, settings], sort_keys=True)
 
 
 class _WorkerLost(Exception):
@@ -705,42 +873,41 @@ class _Deadline(Exception):
     """No reply by the hard deadline."""
 
 
-class _DuckDBWorker:
-    """This process's side of one connection's DuckDB worker (see the module docstring); a call
-    after one that killed the worker, or found it dead, starts a new worker first."""
+class _Worker:
+    """This process's side of one worker process: start it, exchange lines, end it. An ended
+    worker stays ended (its connection gets another one)."""
 
-    def __init__(self, path: str, memory_mb: int):
-        self._path = path
-        self._memory_mb = memory_mb
+    def __init__(self, settings: dict):
+        self.settings = settings
+        self.key = _pool_key(settings)
+        self.name = "DuckDB" if settings["backend"] == "duckdb" else "SQLite"
+        self.owner = os.getpid()  # the process that started it (not a forked copy)
         self._proc = None
-        self._owner = os.getpid()  # the process that started the worker (not a forked copy)
         self._reply = bytearray()  # read from the worker, not yet a whole line
         self._stderr = bytearray()  # the end of what the worker wrote to stderr
-        self.address_space_bytes = None
+        self.size_bytes = None  # its address-space size when it capped it
+        self.address_space_bytes = None  # the cap
+        self.connection = None  # the number of its first connection
         self._start()
 
     @property
     def pid(self) -> int | None:
-        """The worker's process id (None between a kill and the next call)."""
+        """The worker's process id (None once ended)."""
         return None if self._proc is None else self._proc.pid
 
+    @property
+    def ended(self) -> bool:
+        return self._proc is None
+
     def _start(self) -> None:
-        """Start a worker and read its first line. Raises ImportError (no duckdb there),
-        ``_Refused`` (DuckDB cannot open the file; the message describes it) or OSError (no
-        worker)."""
-        settings = {"path": self._path, "duckdb_home": _duckdb_home(),
-                    "config": _duckdb_config(self._memory_mb),
-                    "memory_mb": self._memory_mb, "margin_mb": WORKER_MARGIN_MB,
-                    "allowed_statements": sorted(_DUCKDB_ALLOWED_STATEMENTS),
-                    "refusal": _DUCKDB_REFUSAL, "max_result_bytes": MAX_RESULT_BYTES}
+        """Start the worker and read its first line. Raises ImportError (no duckdb there),
+        ``_Refused`` (the engine cannot open the file; the message describes it) or OSError
+        (no worker)."""
         if not sys.executable:
-            raise OSError("no Python interpreter to start the DuckDB worker with "
-                          "(sys.executable is empty)")
-        self._reply.clear()
-        self._stderr.clear()
-        self._owner = os.getpid()
+            raise OSError(f"no Python interpreter to start the {self.name} worker with "
+                          f"(sys.executable is empty)")
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", worker_source(), json.dumps(settings)],
+            [sys.executable, "-I", "-c", worker_source(), json.dumps(self.settings)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             close_fds=True, cwd="/", env={"PATH": os.environ.get("PATH", os.defpath)},
             start_new_session=True)
@@ -749,54 +916,42 @@ class _DuckDBWorker:
                 os.set_blocking(pipe.fileno(), False)
             first = self._read_reply(b"", time.monotonic() + WORKER_START_TIMEOUT_S)
         except _Deadline:
-            self._end()
-            raise OSError(f"the DuckDB worker did not open the database within "
+            self.end()
+            raise OSError(f"the {self.name} worker did not open the database within "
                           f"{WORKER_START_TIMEOUT_S:g} s") from None
         except _WorkerLost as err:
-            raise OSError(f"the DuckDB worker did not start: {self._end(str(err))}") from None
+            raise OSError(f"the {self.name} worker did not start: {self.end(str(err))}"
+                          ) from None
         except BaseException:
-            self._end()
+            self.end()
             raise
         if first.get("ready"):
+            self.size_bytes = first.get("size_bytes")
             self.address_space_bytes = first.get("address_space_bytes")
+            self.connection = first.get("connection")
             return
-        self._end()
+        self.end()
         error = str(first.get("startup_error"))
         if first.get("kind") == "import":
-            raise ImportError(f"the DuckDB worker cannot import duckdb: {error}")
+            raise ImportError(f"the {self.name} worker cannot import its engine: {error}")
         raise _Refused(error)
 
-    def run(self, sql: str, deadline: float, max_rows: int) -> tuple:
-        if self._owner != os.getpid():  # in a forked copy of this process: a worker of its own
-            self._end()
+    def request(self, message: dict, deadline: float) -> dict:
+        """Send ``message``, return the reply. Raises ``_WorkerLost`` or ``_Deadline``."""
         if self._proc is None:
-            began = time.monotonic()
-            try:
-                self._start()
-            except Exception as err:
-                raise _Refused(f"worker died: a new DuckDB worker did not start: {err}") from None
-            deadline += time.monotonic() - began  # starting it does not count as query time
-        request = json.dumps({"sql": sql, "max_rows": max_rows,
-                              "deadline_s": max(0.0, deadline - time.monotonic()),
-                              "count_cap": COUNT_CAP, "count_batch": COUNT_BATCH})
+            raise _WorkerLost("it was ended")
+        return self._read_reply(json.dumps(message).encode("ascii") + b"\n", deadline)
+
+    def vm_bytes(self) -> int | None:
+        """The worker's address-space size now (``VmSize``), or None if unknown."""
         try:
-            reply = self._read_reply(request.encode("ascii") + b"\n", deadline + WORKER_GRACE_S)
-        except _Deadline:
-            self._end()
-            raise _Timeout(f"no reply {WORKER_GRACE_S:g} s after the deadline: the DuckDB "
-                           f"worker was killed, the next call starts a new one") from None
-        except _WorkerLost as err:
-            raise _Refused(f"worker died: {self._end(str(err))}; the next call starts a new "
-                           f"DuckDB worker") from None
-        except BaseException:  # e.g. KeyboardInterrupt: the reply would come out of step
-            self._end()
-            raise
-        if reply.get("timed_out"):
-            raise _Timeout()
-        if reply.get("error") is not None:
-            raise _Refused(str(reply["error"]))
-        return (tuple(reply["columns"]), tuple(tuple(row) for row in reply["rows"]),
-                bool(reply["truncated"]), reply["total_rows"])
+            with open(f"/proc/{self._proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmSize:"):
+                        return int(line.split()[1]) * 1024
+        except (AttributeError, OSError, ValueError):
+            pass
+        return None
 
     def _read_reply(self, request: bytes, deadline: float) -> dict:
         """Write ``request`` to the worker and return its next line, decoded. Raises
@@ -849,14 +1004,14 @@ class _DuckDBWorker:
             raise _WorkerLost(f"it sent {type(reply).__name__}, not an object")
         return reply
 
-    def _end(self, trouble: str | None = None) -> str:
+    def end(self, trouble: str | None = None) -> str:
         """Kill the worker (its process group), reap it and close its pipes; returns how it
         ended. With ``trouble`` (what went wrong), it first gets ``WORKER_EXIT_WAIT_S`` to exit
         by itself, and its last line of stderr joins the answer."""
         proc, self._proc = self._proc, None
         if proc is None:
             return trouble or "no worker"
-        if self._owner != os.getpid():  # a forked copy: the worker is the original's to end
+        if self.owner != os.getpid():  # a forked copy: the worker is the original's to end
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 try:
                     pipe.close()
@@ -899,16 +1054,197 @@ class _DuckDBWorker:
             how = f"exited with status {rc}"
         lines = bytes(self._stderr).decode("utf-8", "replace").strip().splitlines()
         last = f"; its last words: {lines[-1][-300:]}" if lines else ""
-        return f"{trouble}: the DuckDB worker {how}{last}" if trouble else how
-
-    def close(self) -> None:
-        self._end()
+        return f"{trouble}: the {self.name} worker {how}{last}" if trouble else how
 
     def __del__(self):
         try:
-            self._end()
+            self.end()
         except Exception:  # interpreter shutdown
             pass
+
+
+class _IdlePool:
+    """This process's idle workers, least recently pooled first (see the module docstring)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._pid = os.getpid()
+
+    def _check_process(self) -> None:
+        """With the lock held: in a forked copy of the process that pooled them, forget the
+        workers (closing only this copy's pipes; they stay its parent's)."""
+        if self._pid != os.getpid():
+            stale, self._idle, self._pid = self._idle, [], os.getpid()
+            for worker in stale:
+                worker.end()
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # a thread that held it is not in the child
+        with self._lock:
+            self._check_process()
+
+    def take(self, key: str) -> _Worker | None:
+        """The most recently pooled idle worker with pool key ``key``, out of the pool."""
+        with self._lock:
+            self._check_process()
+            for i in range(len(self._idle) - 1, -1, -1):
+                if self._idle[i].key == key:
+                    return self._idle.pop(i)
+        return None
+
+    def put(self, worker: _Worker) -> None:
+        """Pool ``worker``; end the least recently pooled ones beyond the bounds."""
+        ended = []
+        with self._lock:
+            self._check_process()
+            if worker.owner != self._pid:
+                ended.append(worker)
+            else:
+                self._idle.append(worker)
+                same = [w for w in self._idle if w.key == worker.key]
+                for old in same[:max(0, len(same) - POOL_IDLE_PER_KEY)]:
+                    self._idle.remove(old)
+                    ended.append(old)
+                while len(self._idle) > max(0, POOL_IDLE_MAX):
+                    ended.append(self._idle.pop(0))
+        for old in ended:
+            old.end()
+
+    def pids(self) -> list[int]:
+        """The idle workers' process ids, least recently pooled first."""
+        with self._lock:
+            self._check_process()
+            return [w.pid for w in self._idle]
+
+    def clear(self) -> int:
+        with self._lock:
+            self._check_process()
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.end()
+        return len(idle)
+
+
+_POOL = _IdlePool()
+os.register_at_fork(after_in_child=_POOL.after_fork_in_child)
+
+
+def close_idle_workers() -> int:
+    """End (kill and reap) this process's idle pooled workers; returns how many. Workers of
+    open connections are left alone. Also runs at this process's exit (``atexit``)."""
+    return _POOL.clear()
+
+
+atexit.register(close_idle_workers)
+
+
+def _checkout(settings: dict) -> tuple[_Worker, int]:
+    """A worker for ``settings`` with a fresh connection open, and that connection's number:
+    the pool's most recently pooled idle worker with these settings, or else a new one."""
+    key = _pool_key(settings)
+    while (worker := _POOL.take(key)) is not None:
+        try:
+            reply = worker.request({"op": "open"}, time.monotonic() + WORKER_START_TIMEOUT_S)
+        except (_WorkerLost, _Deadline):  # it died while idle: try the next one
+            worker.end()
+            continue
+        except BaseException:
+            worker.end()
+            raise
+        number = reply.get("opened")
+        if isinstance(number, int) and not isinstance(number, bool):
+            return worker, number
+        worker.end()  # it cannot open the database (now): a new worker says why, or opens it
+        break
+    worker = _Worker(settings)
+    return worker, worker.connection
+
+
+def _release(worker: _Worker) -> None:
+    """Have ``worker`` close its connection and pool it, or end it (see the module
+    docstring)."""
+    if worker.ended or worker.owner != os.getpid():
+        worker.end()
+        return
+    try:
+        reply = worker.request({"op": "close"}, time.monotonic() + _CLOSE_TIMEOUT_S)
+    except (_WorkerLost, _Deadline):
+        worker.end()
+        return
+    except BaseException:
+        worker.end()
+        raise
+    size = worker.vm_bytes()
+    room = (worker.settings["memory_mb"] + worker.settings["margin_mb"]) * 2**20
+    if (reply.get("closed") is not True or size is None or worker.size_bytes is None
+            or size > worker.size_bytes + POOL_MAX_GROWTH * room):
+        worker.end()
+        return
+    _POOL.put(worker)
+
+
+class _WorkerEngine:
+    """A connection's side: a worker with one fresh engine connection open in it (see
+    ``_checkout``); a call after one that killed the worker, or found it dead, gets another
+    worker first (with a fresh connection)."""
+
+    def __init__(self, settings: dict):
+        self._settings = settings
+        self._name = "DuckDB" if settings["backend"] == "duckdb" else "SQLite"
+        self._worker, self.connection = _checkout(settings)
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id (None between a kill and the next call)."""
+        return None if self._worker is None else self._worker.pid
+
+    @property
+    def address_space_bytes(self) -> int | None:
+        return None if self._worker is None else self._worker.address_space_bytes
+
+    def _drop(self, trouble: str | None = None) -> str:
+        """End the worker; returns how it ended (see ``_Worker.end``)."""
+        worker, self._worker = self._worker, None
+        return (trouble or "no worker") if worker is None else worker.end(trouble)
+
+    def run(self, sql: str, deadline: float, max_rows: int) -> tuple:
+        if self._worker is not None and self._worker.owner != os.getpid():  # a forked copy
+            self._drop()
+        if self._worker is None:
+            began = time.monotonic()
+            try:
+                self._worker, self.connection = _checkout(self._settings)
+            except Exception as err:
+                raise _Refused(f"worker died: a new {self._name} worker did not start: {err}"
+                               ) from None
+            deadline += time.monotonic() - began  # getting it does not count as query time
+        request = {"op": "query", "sql": sql, "max_rows": max_rows,
+                   "deadline_s": max(0.0, deadline - time.monotonic()),
+                   "count_cap": COUNT_CAP, "count_batch": COUNT_BATCH}
+        try:
+            reply = self._worker.request(request, deadline + WORKER_GRACE_S)
+        except _Deadline:
+            self._drop()
+            raise _Timeout(f"no reply {WORKER_GRACE_S:g} s after the deadline: the {self._name} "
+                           f"worker was killed, the next call gets another one") from None
+        except _WorkerLost as err:
+            raise _Refused(f"worker died: {self._drop(str(err))}; the next call gets another "
+                           f"{self._name} worker") from None
+        except BaseException:  # e.g. KeyboardInterrupt: the reply would come out of step
+            self._drop()
+            raise
+        if reply.get("timed_out"):
+            raise _Timeout()
+        if reply.get("error") is not None:
+            raise _Refused(str(reply["error"]))
+        return (tuple(reply["columns"]), tuple(tuple(row) for row in reply["rows"]),
+                bool(reply["truncated"]), reply["total_rows"])
+
+    def close(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            _release(worker)
 
 
 # ----------------------------------------------------------------------------- opening
@@ -923,19 +1259,19 @@ def open_readonly_sql(path, *, backend: str = "sqlite", timeout_s: float = 30.0,
       timeout_s: seconds each ``execute`` call may take, fetching and counting included (finite,
         > 0).
       max_rows: rows returned per call (int >= 1); more are counted, up to ``COUNT_CAP``.
-      memory_mb: DuckDB's ``memory_limit`` in MB (int >= 16), and with ``WORKER_MARGIN_MB`` the
-        MiB its worker's address space may grow by; checked but unused for SQLite (which has no
-        per-connection memory cap; see the module docstring).
+      memory_mb: with ``WORKER_MARGIN_MB``, the MiB the worker's address space may grow by
+        (int >= 16); also DuckDB's ``memory_limit`` in MB, or SQLite's ``hard_heap_limit`` in
+        MiB.
 
     Returns:
-      A ``ReadOnlySQL`` (close it, or use it as a context manager; with DuckDB, that ends its
-      worker process).
+      A ``ReadOnlySQL`` (close it, or use it as a context manager: that returns its worker to
+      the pool of idle workers).
 
     Raises:
       ValueError: a bad argument (the message names it).
       FileNotFoundError: ``path`` does not exist; IsADirectoryError: it is a folder.
-      OSError: the engine cannot open it (not a database of that backend; for DuckDB, also a
-        worker process that cannot start or cannot cap its memory).
+      OSError: the engine cannot open it (not a database of that backend), or a worker process
+        cannot start or cannot cap its memory.
       ImportError: DuckDB is not installed (DuckDB only).
     """
     if backend not in BACKENDS:
@@ -961,15 +1297,14 @@ def open_readonly_sql(path, *, backend: str = "sqlite", timeout_s: float = 30.0,
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path!r} is a folder, not a database file")
     try:
-        engine = (_SQLiteEngine(path) if backend == "sqlite" else
-                  _DuckDBWorker(path, int(memory_mb)))
+        engine = _WorkerEngine(_worker_settings(backend, path, int(memory_mb)))
     except ImportError:
         raise
-    except _Refused as err:  # the DuckDB worker's description
+    except _Refused as err:  # the worker's description
         raise OSError(f"cannot open {path!r} as a read-only {backend} database: {err}"
                       ) from None
     except Exception as err:
         raise OSError(f"cannot open {path!r} as a read-only {backend} database: "
-                      f"{_describe(err)}") from err
+                      f"{_describe_engine(err)}") from err
     return ReadOnlySQL(engine, backend=backend, path=path, timeout_s=timeout_s,
                        max_rows=int(max_rows), memory_mb=int(memory_mb))

@@ -48,18 +48,22 @@ gets the standard library only.
 
 SQL is the exception: ``open_readonly_sql(path, backend="sqlite" | "duckdb")`` (from
 ``jaxpapers.core._sandbox_sql``, re-exported here) runs untrusted SQL outside bubblewrap, on an
-existing database file: SQLite in this process, DuckDB in a worker process of its own per
-connection. It returns a ``ReadOnlySQL`` whose ``execute(sql)`` gives a frozen ``SQLResult``
-and never raises. Enforced there: one SELECT statement per call (SQLite through an authorizer,
-``PRAGMA query_only`` and a ``mode=ro`` URI; DuckDB through a statement-type check and a locked
+existing database file, in a worker process per open connection (``python -I``, both engines;
+closed connections' workers are pooled and reused with a fresh engine connection). It returns
+a ``ReadOnlySQL`` whose ``execute(sql)`` gives a frozen ``SQLResult`` and never raises.
+Enforced there: one SELECT statement per call (SQLite through an authorizer, ``PRAGMA
+query_only`` and a ``mode=ro`` URI; DuckDB through a statement-type check and a locked
 read-only configuration without external file access or extensions), so no writes, ATTACH,
 VACUUM INTO, PRAGMA changes, extension loading, or (DuckDB) reading other files; a deadline of
-``timeout_s`` covering execution, fetching and counting (a DuckDB worker that has not answered
-3 s after the deadline is killed and replaced); at most ``max_rows`` rows returned; SQLite
-values of at most 10 MB; DuckDB's ``memory_limit``, and its worker's address space capped at
-``memory_mb`` + 128 MiB above its size at start (so ``repeat('a', 500000000)`` and the like,
-which DuckDB builds outside ``memory_limit``, fail). Not enforced: the memory of this process
-for SQLite, an OS sandbox around the DuckDB worker, and CPU share; see that module.
+``timeout_s`` covering execution, fetching and counting (a worker that has not answered 3 s
+after the deadline, e.g. inside one long SQLite function call, is killed and replaced); at most
+``max_rows`` rows returned; SQLite values of at most 10 MB and its heap at ``memory_mb`` MiB;
+DuckDB's ``memory_limit``; each worker's address space capped at ``memory_mb`` + 128 MiB above
+its size at start (so DuckDB's ``repeat('a', 500000000)`` and the like, or a SQLite row of
+sixty 9 MB values, fail); and an audit hook in the worker refusing sockets, new processes and
+opening files for writing from Python code. Not enforced: an OS sandbox around the workers
+(the engines' own file access is kept in check by their setup only), and CPU share; see that
+module.
 
 >>> r = run_python("print(6 * 7)")
 >>> r.status in ("ok", "unavailable")

@@ -5,10 +5,12 @@ Every attack that succeeds against a plain read-only connection (SQLite ``mode=r
 folder, and must succeed there: the test then shows that our defence, not the test, stops it
 (exceptions are noted per case: e.g. INSTALL is not tried there, it would reach the network).
 After each attack on our connection, every file in the database's folder and in the cwd (an
-empty temp folder) must be byte-identical and no file may have appeared. Our DuckDB connections
-run in a worker process each; the "DuckDB worker" tests cover its address-space cap (values of
-500 MB and more, which a plain connection, run in a separate process, builds), its hard
-deadline, its replacement after it died, and its end (close, garbage collection, parent death).
+empty temp folder) must be byte-identical and no file may have appeared. Our connections run in
+worker processes (both backends); the "worker" tests cover the address-space cap (DuckDB values
+of 500 MB and more, SQLite rows of many 9 MB values, which a plain connection, run in a
+separate process, builds), the hard deadline (also for one long SQLite function call), the
+replacement of a dead worker, its end (garbage collection, parent death, exit), the pool of
+idle workers (reuse with a fresh connection, settings, bounds, forks, cost) and the audit hook.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import resource
 import shutil
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import threading
@@ -74,6 +77,14 @@ def templates(tmp_path_factory):
     except pytest.skip.Exception:
         pass
     return root, made
+
+
+@pytest.fixture(autouse=True)
+def no_idle_workers():
+    """Each test starts and ends with no idle pooled worker."""
+    _sandbox_sql.close_idle_workers()
+    yield
+    _sandbox_sql.close_idle_workers()
 
 
 @pytest.fixture
@@ -652,10 +663,123 @@ def test_duckdb_huge_scalar_values_stay_in_the_capped_worker(env, monkeypatch):
     assert naive_rss_kib >= 500 * 1024, f"the plain connection peaked at {naive_rss_kib} KiB"
 
 
-def test_duckdb_worker_process(env):
+# ----------------------------------------------------------------------------- SQLite worker
+
+# Rows of sixty values of about 9 MB each, every one under SQLite's 10 MB value limit: 540 MB a
+# row (in a plain connection also the same again as Python values). The group_concat calls
+# differ by separator, so SQLite cannot merge them into one.
+_NINE_MB = ("WITH RECURSIVE r(i, s) AS (SELECT 1, printf('%.*c', 1000000, 'x') UNION ALL "
+            "SELECT i + 1, s FROM r WHERE i < 9) ")
+SQLITE_ROW_BOMBS = [
+    ("zeroblob", "SELECT " + ", ".join(f"zeroblob(9000000) AS c{i}" for i in range(60))),
+    ("randomblob", "SELECT " + ", ".join(f"randomblob(9000000) AS c{i}" for i in range(60))),
+    ("group_concat", _NINE_MB + "SELECT "
+     + ", ".join(f"group_concat(s, '{i}') AS g{i}" for i in range(60)) + " FROM r"),
+]
+# One value growing toward 1 GB (a recursive CTE of a thousand 1 MB strings): too big at 10 MB.
+SQLITE_GROWING = ("WITH RECURSIVE r(i, s) AS (SELECT 1, printf('%.*c', 1000000, 'x') UNION ALL "
+                  "SELECT i + 1, s FROM r WHERE i < 1000) SELECT length(group_concat(s)) FROM r")
+
+# Runs one query on a plain mode=ro SQLite connection; prints [the row's total length, its
+# ru_maxrss in KiB].
+SQLITE_NAIVE_SCRIPT = """
+import json, resource, sqlite3, sys
+con = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+row = con.execute(sys.argv[2]).fetchone()
+print(json.dumps([sum(len(v) for v in row), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))
+"""
+
+
+def test_sqlite_row_bombs_stay_in_the_capped_worker(env):
+    """Rows of many 9 MB values, and a value growing toward 1 GB: an error result (out of
+    memory, or too big), this process does not grow, no file changes, the connection stays
+    usable. Plain connections, each in a separate process, build such rows (>= 500 MB; not
+    the randomblob one, for time: it is the zeroblob row with random bytes)."""
+    db = _backend_db(env, "sqlite")
+    naive = {name: subprocess.Popen([sys.executable, "-c", SQLITE_NAIVE_SCRIPT,
+                                     str(env["naive"] / "data.db"), sql],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, sql in SQLITE_ROW_BOMBS if name != "randomblob"}
+    try:
+        before = _snapshot(env["db"], env["cwd"])
+        rss_before = _max_rss_mb()
+        with open_readonly_sql(db, max_rows=1) as con:
+            pid = con._engine.pid
+            for name, sql in SQLITE_ROW_BOMBS + [("growing", SQLITE_GROWING)]:
+                r = con.execute(sql)
+                assert r.error is not None, (name, r.columns)
+                if name == "growing":
+                    assert r.error.startswith("data error: string or blob too big"), r.error
+                else:
+                    assert r.error.startswith("out of memory: "), (name, r.error)
+                    assert "384 MiB" in r.error
+                assert con.execute("SELECT count(*) FROM people").rows == ((40,),)
+                assert con._engine.pid == pid  # not killed: the worker lives on
+        grown = _max_rss_mb() - rss_before
+        assert grown < 100, f"this process's ru_maxrss grew by {grown:.0f} MB"
+        assert _snapshot(env["db"], env["cwd"]) == before
+        assert list(env["cwd"].iterdir()) == []
+        outs = {name: proc.communicate(timeout=120) for name, proc in naive.items()}
+    finally:
+        for proc in naive.values():
+            if proc.poll() is None:  # only when something above failed
+                proc.kill()
+                proc.communicate()
+    for name, (out, err) in outs.items():
+        assert naive[name].returncode == 0, (name, err)
+        size, naive_rss_kib = json.loads(out)
+        assert size >= 540_000_000, (name, size)
+        assert naive_rss_kib >= 500 * 1024, (name, naive_rss_kib)  # KiB
+
+
+def test_sqlite_long_function_call_is_stopped(env, monkeypatch):
+    """printf of 2e9 characters loops about 13 s inside one call (its text capped at 10 MB;
+    no progress-handler call): the worker is killed at timeout_s + WORKER_GRACE_S (shortened
+    for time) with a timeout error, and the next call runs on another worker."""
+    monkeypatch.setattr(_sandbox_sql, "WORKER_GRACE_S", 0.5)
+    with open_readonly_sql(_backend_db(env, "sqlite"), timeout_s=1) as con:
+        pid = con._engine.pid
+        t0 = time.monotonic()
+        r = con.execute("SELECT length(printf('%.*c', 2000000000, 'x')) AS n")
+        wall = time.monotonic() - t0
+        assert r.error is not None, r.rows
+        assert r.error.startswith(("timeout: ", "out of memory: ")), r.error
+        assert wall < 1 + 0.5 + 1.0, wall
+        killed = "worker was killed" in r.error
+        assert _reaped(pid) == killed
+        assert con.execute("SELECT count(*) FROM people").rows == ((40,),)
+        assert (con._engine.pid != pid) == killed
+
+
+def test_sqlite_result_after_the_deadline_is_a_timeout(env, monkeypatch):
+    """One function call that no progress handler stops runs past timeout_s (a quarter of
+    what it takes in a plain connection) but ends before the hard deadline: a timeout, not
+    a result, and the worker lives on."""
+    sql = "SELECT length(printf('%.*c', 50000000, 'x')) AS n"
+    naive = _naive("sqlite", env["naive"] / "data.db")
+    try:
+        naive.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _sandbox_sql.SQLITE_MAX_LENGTH)
+        t0 = time.monotonic()
+        assert naive.execute(sql).fetchall() == [(None,)]  # a result, after all that time
+        took = time.monotonic() - t0
+    finally:
+        naive.close()
+    monkeypatch.setattr(_sandbox_sql, "WORKER_GRACE_S", 10 * took + 5.0)
+    with open_readonly_sql(_backend_db(env, "sqlite"), timeout_s=took / 4) as con:
+        pid = con._engine.pid
+        r = con.execute(sql)
+        assert r.error is not None and r.error.startswith("timeout: "), (r.error, r.rows)
+        assert "killed" not in r.error and con._engine.pid == pid
+        assert con.execute("SELECT count(*) FROM people").rows == ((40,),)
+
+
+# ----------------------------------------------------------------------------- workers
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_worker_process(env, backend):
     """Its own session, ``/`` as cwd, PATH only in its environment, no core dumps, the address
     space capped at what it reported; the program imports no jaxpapers module."""
-    with open_readonly_sql(_backend_db(env, "duckdb"), backend="duckdb", memory_mb=64) as con:
+    with open_readonly_sql(_backend_db(env, backend), backend=backend, memory_mb=64) as con:
         worker = con._engine
         pid = worker.pid
         assert pid != os.getpid() and os.getsid(pid) == pid
@@ -670,9 +794,12 @@ def test_duckdb_worker_process(env):
         assert limits["Max address space"][:2] == [str(cap), str(cap)]
         with open(f"/proc/{pid}/status") as f:
             size = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
-        assert size < cap <= size + (64 + _sandbox_sql.WORKER_MARGIN_MB) * 2**20
+        at_cap = worker._worker.size_bytes  # its size when it capped itself
+        assert cap == at_cap + (64 + _sandbox_sql.WORKER_MARGIN_MB) * 2**20
+        assert abs(size - at_cap) < 16 * 2**20 and size < cap
         assert con.execute("SELECT count(*) FROM people").rows == ((40,),)
-    assert _reaped(pid)
+    assert _sandbox_sql._POOL.pids() == [pid]  # idle, in the pool
+    assert _sandbox_sql.close_idle_workers() == 1 and _reaped(pid)
     tree = ast.parse(_sandbox_sql.worker_source())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.Import) for alias in node.names}
@@ -681,32 +808,34 @@ def test_duckdb_worker_process(env):
     assert imported <= set(sys.stdlib_module_names) | {"duckdb"}, imported
 
 
-def test_duckdb_worker_is_reaped_on_close_and_collection(env):
-    db = _backend_db(env, "duckdb")
-    con = open_readonly_sql(db, backend="duckdb")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_worker_is_pooled_on_close_and_reaped_on_collection(env, backend):
+    db = _backend_db(env, backend)
+    con = open_readonly_sql(db, backend=backend)
     pid = con._engine.pid
     con.close()
-    assert _reaped(pid)
-    con = open_readonly_sql(db, backend="duckdb")
-    pid = con._engine.pid
-    del con
+    assert not _reaped(pid) and _sandbox_sql._POOL.pids() == [pid]
+    con = open_readonly_sql(db, backend=backend)
+    assert con._engine.pid == pid and _sandbox_sql._POOL.pids() == []
+    del con  # dropped without close: its worker is killed, not pooled
     gc.collect()
-    assert _reaped(pid)
+    assert _reaped(pid) and _sandbox_sql._POOL.pids() == []
 
 
 ORPHAN_SCRIPT = """
 import sys, time
 from jaxpapers.core.sandbox import open_readonly_sql
-con = open_readonly_sql(sys.argv[1], backend="duckdb")
+con = open_readonly_sql(sys.argv[1], backend=sys.argv[2])
 print(con._engine.pid, flush=True)
 time.sleep(60)
 """
 
 
-def test_duckdb_worker_ends_with_its_parent(env):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_worker_ends_with_its_parent(env, backend):
     """A process killed with its connection open leaves no worker running."""
     parent = subprocess.Popen(
-        [sys.executable, "-c", ORPHAN_SCRIPT, str(_backend_db(env, "duckdb"))],
+        [sys.executable, "-c", ORPHAN_SCRIPT, str(_backend_db(env, backend)), backend],
         stdout=subprocess.PIPE, text=True)
     try:
         pid = int(parent.stdout.readline())
@@ -728,9 +857,11 @@ def test_duckdb_worker_ends_with_its_parent(env):
         pytest.fail(f"the worker {pid} still runs 5 s after its parent was killed")
 
 
-def test_duckdb_killed_worker_is_replaced(env):
-    """A worker killed from outside: the next call says so, the one after runs on a new one."""
-    with open_readonly_sql(_backend_db(env, "duckdb"), backend="duckdb") as con:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_killed_worker_is_replaced_and_not_pooled(env, backend):
+    """A worker killed from outside: the next call says so, the one after runs on a new one;
+    only that one is pooled on close."""
+    with open_readonly_sql(_backend_db(env, backend), backend=backend) as con:
         pid = con._engine.pid
         os.kill(pid, signal.SIGKILL)
         r = con.execute("SELECT count(*) FROM people")
@@ -739,15 +870,18 @@ def test_duckdb_killed_worker_is_replaced(env):
         assert _reaped(pid)
         r = con.execute("SELECT count(*) FROM people")
         assert r.error is None and r.rows == ((40,),)
-        assert con._engine.pid not in (None, pid)
+        new = con._engine.pid
+        assert new not in (None, pid)
+    assert _sandbox_sql._POOL.pids() == [new]
 
 
-def test_duckdb_unresponsive_worker_is_killed_at_the_hard_deadline(env, monkeypatch):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unresponsive_worker_is_killed_at_the_hard_deadline(env, backend, monkeypatch):
     """A worker that does not answer (stopped here; in real life a function that does not see
     the interrupt) is killed at timeout_s + WORKER_GRACE_S (shortened for time); the next call
-    runs on a new worker."""
+    runs on a new worker, and the killed one is never pooled."""
     monkeypatch.setattr(_sandbox_sql, "WORKER_GRACE_S", 0.5)
-    with open_readonly_sql(_backend_db(env, "duckdb"), backend="duckdb", timeout_s=0.3) as con:
+    with open_readonly_sql(_backend_db(env, backend), backend=backend, timeout_s=0.3) as con:
         pid = con._engine.pid
         os.kill(pid, signal.SIGSTOP)
         t0 = time.monotonic()
@@ -759,10 +893,11 @@ def test_duckdb_unresponsive_worker_is_killed_at_the_hard_deadline(env, monkeypa
         assert _reaped(pid)
         r = con.execute("SELECT count(*) FROM people")
         assert r.error is None and r.rows == ((40,),)
+    assert pid not in _sandbox_sql._POOL.pids()
 
 
 def test_duckdb_connections_are_separate(env):
-    """Each connection is its own process: other settings on the same file, and a plain
+    """Each open connection is its own process: other settings on the same file, and a plain
     connection in this process, do not clash."""
     db = _backend_db(env, "duckdb")
     naive = _naive("duckdb", db)
@@ -778,12 +913,249 @@ def test_duckdb_connections_are_separate(env):
         naive.close()
 
 
-def test_duckdb_result_too_large(env, monkeypatch):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_result_too_large(env, backend, monkeypatch):
     monkeypatch.setattr(_sandbox_sql, "MAX_RESULT_BYTES", 10_000)
-    with open_readonly_sql(_backend_db(env, "duckdb"), backend="duckdb") as con:
-        r = con.execute("SELECT repeat('a', 20000) AS s")
+    big, small = (("printf('%.*c', 20000, 'a')", "printf('%.*c', 2000, 'a')")
+                  if backend == "sqlite" else ("repeat('a', 20000)", "repeat('a', 2000)"))
+    with open_readonly_sql(_backend_db(env, backend), backend=backend) as con:
+        r = con.execute(f"SELECT {big} AS s")
         assert r.error and r.error.startswith("result too large: "), r.error
-        assert con.execute("SELECT repeat('a', 2000) AS s").rows == (("a" * 2000,),)
+        assert con.execute(f"SELECT {small} AS s").rows == (("a" * 2000,),)
+
+
+# ----------------------------------------------------------------------------- pool
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pool_reuses_a_worker_with_a_fresh_connection(env, backend):
+    """Reopening after close takes the idle worker (same process) and has it open a new
+    engine connection (the next number); while it is taken, another open starts another."""
+    db = _backend_db(env, backend)
+    con = open_readonly_sql(db, backend=backend)
+    pid, number = con._engine.pid, con._engine.connection
+    assert number == 1
+    con.close()
+    with open_readonly_sql(db, backend=backend) as again:
+        assert (again._engine.pid, again._engine.connection) == (pid, number + 1)
+        assert again.execute("SELECT count(*) FROM people").rows == ((40,),)
+        with open_readonly_sql(db, backend=backend) as other:
+            other_pid = other._engine.pid
+            assert other_pid != pid and other._engine.connection == 1
+    assert sorted(_sandbox_sql._POOL.pids()) == sorted([pid, other_pid])
+    assert _sandbox_sql.close_idle_workers() == 2
+    assert _reaped(pid) and _reaped(other_pid)
+
+
+def test_pool_keys_and_bounds(env, monkeypatch):
+    """Another memory_mb, or another file, gets another worker; at most POOL_IDLE_PER_KEY idle
+    workers per key and POOL_IDLE_MAX in all stay, the least recently pooled are ended."""
+    db = _backend_db(env, "sqlite")
+    other_db = env["db"] / "other.db"
+    shutil.copy(db, other_db)
+    with open_readonly_sql(db, memory_mb=64) as con:
+        small = con._engine.pid
+    with open_readonly_sql(db, memory_mb=128) as con:
+        large = con._engine.pid
+    with open_readonly_sql(other_db, memory_mb=64) as con:
+        other = con._engine.pid
+    assert len({small, large, other}) == 3
+    with open_readonly_sql(db, memory_mb=64) as con:
+        assert con._engine.pid == small
+    assert _sandbox_sql.close_idle_workers() == 3
+    cons = [open_readonly_sql(db) for _ in range(6)]
+    pids = [c._engine.pid for c in cons]
+    for c in cons:
+        c.close()
+    assert _sandbox_sql._POOL.pids() == pids[2:]
+    assert _reaped(pids[0]) and _reaped(pids[1])
+    monkeypatch.setattr(_sandbox_sql, "POOL_IDLE_MAX", 2)
+    with open_readonly_sql(other_db) as con:
+        newest = con._engine.pid
+    assert _sandbox_sql._POOL.pids() == [pids[5], newest]
+    assert all(_reaped(pid) for pid in pids[:5])
+
+
+def test_pool_ends_a_grown_worker(env, monkeypatch):
+    """A worker whose address space grew by more than POOL_MAX_GROWTH (here: by anything, or
+    shrank by less than its room) is ended on close, not pooled."""
+    monkeypatch.setattr(_sandbox_sql, "POOL_MAX_GROWTH", -1.0)
+    with open_readonly_sql(_backend_db(env, "sqlite")) as con:
+        pid = con._engine.pid
+    assert _reaped(pid) and _sandbox_sql._POOL.pids() == []
+
+
+def test_pool_skips_a_worker_that_died_while_idle(env):
+    db = _backend_db(env, "sqlite")
+    with open_readonly_sql(db) as con:
+        pid = con._engine.pid
+    os.kill(pid, signal.SIGKILL)
+    with open_readonly_sql(db) as con:
+        assert con._engine.pid != pid
+        assert con.execute("SELECT count(*) FROM people").rows == ((40,),)
+    assert _reaped(pid)
+
+
+def test_forked_child_uses_workers_of_its_own(env):
+    """After a fork, neither the parent's idle worker nor an open connection's worker is used
+    by the child (it starts its own); the parent's go on serving the parent."""
+    db = _backend_db(env, "sqlite")
+    with open_readonly_sql(db) as con:
+        idle = con._engine.pid
+    con = open_readonly_sql(db)
+    assert con._engine.pid == idle
+    busy = open_readonly_sql(db)
+    busy_pid = busy._engine.pid
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: report the workers it got, then leave without pytest's cleanup
+        try:
+            con.close()
+            with open_readonly_sql(db) as mine:
+                got = [mine._engine.pid, mine.execute("SELECT count(*) FROM people").rows[0][0]]
+            got += [busy.execute("SELECT count(*) FROM people").rows[0][0], busy._engine.pid]
+            busy.close()
+            _sandbox_sql.close_idle_workers()
+            os.write(write, json.dumps(got).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        got = json.loads(f.read() or "null")
+    os.waitpid(child, 0)
+    assert got is not None and got[1] == got[2] == 40
+    assert got[0] not in (idle, busy_pid) and got[3] not in (idle, busy_pid)
+    assert (con._engine.pid, busy._engine.pid) == (idle, busy_pid) and not _reaped(idle)
+    assert con.execute("SELECT count(*) FROM people").rows == ((40,),)
+    assert busy.execute("SELECT count(*) FROM people").rows == ((40,),)
+    con.close()
+    busy.close()
+    assert sorted(_sandbox_sql._POOL.pids()) == sorted([idle, busy_pid])
+
+
+ATEXIT_SCRIPT = """
+import sys
+from jaxpapers.core.sandbox import open_readonly_sql
+con = open_readonly_sql(sys.argv[1])
+print(con._engine.pid, flush=True)
+con.close()
+"""
+
+
+def test_idle_workers_end_at_exit(env):
+    """A process that exits normally ends (and reaps) its idle workers: none is left to find
+    out by itself, a second later, that its parent has gone."""
+    done = subprocess.run([sys.executable, "-c", ATEXIT_SCRIPT, str(_backend_db(env, "sqlite"))],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert _reaped(int(done.stdout))
+
+
+def test_pooled_open_is_cheap(env):
+    """Opening and closing with a pooled SQLite worker costs about a millisecond, against
+    about 0.05 s for a new worker."""
+    db = _backend_db(env, "sqlite")
+    t0 = time.perf_counter()
+    with open_readonly_sql(db):
+        cold = time.perf_counter() - t0
+    times = []
+    for _ in range(30):
+        t0 = time.perf_counter()
+        open_readonly_sql(db).close()
+        times.append(time.perf_counter() - t0)
+    pooled = statistics.median(times)
+    assert pooled < 0.02 and pooled < cold / 5, (pooled, cold)
+    assert len(_sandbox_sql._POOL.pids()) == 1
+
+
+# ----------------------------------------------------------------------------- audit hook
+
+# The worker's definitions (not its main), then its audit hook installed, then attempts.
+AUDIT_TAIL = """
+import json, os, socket, sqlite3, subprocess, sys
+folder, uri = sys.argv[1], sys.argv[2]
+sys.addaudithook(_audit_hook({"uri": uri}))
+
+
+def attempt(action):
+    try:
+        action()
+    except PermissionError as err:
+        return "refused: " + str(err)
+    return "allowed"
+
+
+def fork():
+    if os.fork() == 0:
+        os._exit(0)
+
+
+def inside(name):
+    return os.path.join(folder, name)
+
+
+tries = {
+    "socket": lambda: socket.socket().close(),
+    "socketpair": lambda: socket.socketpair(),
+    "getaddrinfo": lambda: socket.getaddrinfo("localhost", 80),
+    "open_w": lambda: open(inside("new.txt"), "w").close(),
+    "open_a": lambda: open(inside("secret.csv"), "a").close(),
+    "open_x": lambda: open(inside("new.txt"), "xb").close(),
+    "open_r_plus": lambda: open(inside("secret.csv"), "r+").close(),
+    "os_open_write": lambda: os.close(os.open(inside("new.txt"), os.O_WRONLY | os.O_CREAT)),
+    "popen": lambda: subprocess.run(["true"]),
+    "system": lambda: os.system("true"),
+    "exec": lambda: os.execv("/bin/true", ["true"]),
+    "posix_spawn": lambda: os.posix_spawn("/bin/true", ["true"], {}),
+    "fork": fork,
+    "remove": lambda: os.remove(inside("secret.csv")),
+    "rename": lambda: os.rename(inside("secret.csv"), inside("moved.csv")),
+    "sqlite_other": lambda: sqlite3.connect(inside("evil.db")).close(),
+    "read": lambda: open(inside("secret.csv")).read(),
+    "os_open_read": lambda: os.close(os.open(inside("secret.csv"), os.O_RDONLY)),
+    "sqlite_ours": lambda: sqlite3.connect(uri, uri=True).close(),
+}
+print(json.dumps({name: attempt(action) for name, action in tries.items()}))
+"""
+
+
+def test_audit_hook_refuses_sockets_processes_and_writes(env):
+    """The hook function of the worker's program, installed in a separate process the same
+    way: sockets, processes, writes and other databases are refused; reads are not."""
+    folder = env["db"]
+    uri = _sandbox_sql._worker_settings("sqlite", str(folder / "data.db"), 64)["uri"]
+    before = _snapshot(folder, env["cwd"])
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _sandbox_sql.worker_source(main=False) + AUDIT_TAIL,
+         str(folder), uri], capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    allowed = {"read", "os_open_read", "sqlite_ours"}
+    for name, outcome in results.items():
+        if name in allowed:
+            assert outcome == "allowed", (name, outcome)
+        else:
+            assert outcome.startswith("refused: refused in the SQL worker"), (name, outcome)
+    assert _snapshot(folder, env["cwd"]) == before
+
+
+def test_audit_hook_is_installed_after_setup():
+    """In the worker's main: the hook is added after the first connection is open and the
+    address space capped, before the first reply (and so before any SQL runs)."""
+    tree = ast.parse(_sandbox_sql.worker_source())
+    main = next(node for node in tree.body
+                if isinstance(node, ast.FunctionDef) and node.name == "_worker_main")
+    lines = {}
+    for node in ast.walk(main):
+        if isinstance(node, ast.Call):
+            lines.setdefault(ast.unparse(node.func), node.lineno)
+        if isinstance(node, ast.For):
+            lines.setdefault("for", node.lineno)
+    assert (lines["_worker_connect"] < lines["_cap_address_space"] < lines["sys.addaudithook"]
+            < lines["for"])
+    hook = next(node for node in ast.walk(main) if isinstance(node, ast.Call)
+                and ast.unparse(node.func) == "sys.addaudithook")
+    assert ast.unparse(hook.args[0]) == "_audit_hook(settings)"
+    assert _sandbox_sql.worker_source().endswith(_sandbox_sql._WORKER_CALL)
 
 
 # ----------------------------------------------------------------------------- timeouts

@@ -196,17 +196,24 @@ class LogWalkAgent:
         self.candidates: list[str] = []
 
     @staticmethod
-    def _union(values, kinds, *, where: bool = True) -> str:
-        inlist = ", ".join(sql_literal(v) for v in values)
+    def _union(kinds, *, where: bool = True) -> str:
+        """``WITH k(v) AS (VALUES ...) SELECT v, COUNT(*) ...``-ready union over the log tables
+        (the values are listed once, in ``k``, so the statement stays short)."""
         parts = []
         for table in tables_for_layer("log"):
             ent = [c for c in SCHEMA[table] if c in ENTITY_COLUMNS]
             outs = [c for c in ent if ENTITY_COLUMNS[c] in kinds]
-            match = " OR ".join(f'lower(CAST("{c}" AS VARCHAR)) IN ({inlist})' for c in ent)
+            match = " OR ".join(f'lower(CAST("{c}" AS VARCHAR)) IN (SELECT v FROM k)'
+                                for c in ent)
             for c in outs:
                 cond = f" WHERE {match}" if where else ""
                 parts.append(f'SELECT CAST("{c}" AS VARCHAR) AS v FROM "{table}"{cond}')
         return " UNION ALL ".join(parts)
+
+    @staticmethod
+    def _with(values) -> str:
+        rows = ", ".join(f"({sql_literal(v)})" for v in values) or "(NULL)"
+        return f"WITH k(v) AS (VALUES {rows}) "
 
     def _values(self, observation: Observation) -> list[str]:
         rows = observation.data.get("rows") or []
@@ -218,15 +225,17 @@ class LogWalkAgent:
             return _submit("unknown")
         if self.phase == "hop1":
             self.phase = "read1"
-            return _sql(f"SELECT v, COUNT(*) AS n FROM ({self._union(self.known, self.kinds)}) "
-                        "AS u WHERE v IS NOT NULL GROUP BY v ORDER BY n DESC, v")
+            return _sql(f"{self._with(self.known)}SELECT v, COUNT(*) AS n FROM "
+                        f"({self._union(self.kinds)}) AS u WHERE v IS NOT NULL "
+                        "GROUP BY v ORDER BY n DESC, v")
         if self.phase == "read1":
             self.candidates = self._values(observation)
             if not self.candidates:
                 self.phase = "read_hop2"
                 all_kinds = tuple(sorted(set(ENTITY_COLUMNS.values())))
-                return _sql(f"SELECT v, COUNT(*) AS n FROM ({self._union(self.known, all_kinds)})"
-                            " AS u WHERE v IS NOT NULL GROUP BY v ORDER BY n DESC, v")
+                return _sql(f"{self._with(self.known)}SELECT v, COUNT(*) AS n FROM "
+                            f"({self._union(all_kinds)}) AS u WHERE v IS NOT NULL "
+                            "GROUP BY v ORDER BY n DESC, v")
             self.phase = "count"
         if self.phase == "read_hop2":
             nxt = [v.lower() for v in self._values(observation)]
@@ -234,13 +243,14 @@ class LogWalkAgent:
                 return _submit("unknown")
             self.known = sorted(set(self.known) | set(nxt))
             self.phase = "read1"
-            return _sql(f"SELECT v, COUNT(*) AS n FROM ({self._union(nxt, self.kinds)}) "
-                        "AS u WHERE v IS NOT NULL GROUP BY v ORDER BY n DESC, v")
+            return _sql(f"{self._with(nxt)}SELECT v, COUNT(*) AS n FROM "
+                        f"({self._union(self.kinds)}) AS u WHERE v IS NOT NULL "
+                        "GROUP BY v ORDER BY n DESC, v")
         if self.phase == "count":
             self.phase = "answer"
-            inlist = ", ".join(sql_literal(v.lower()) for v in self.candidates)
-            return _sql(f"SELECT v, COUNT(*) AS n FROM ({self._union([], self.kinds, where=False)})"
-                        f" AS u WHERE lower(v) IN ({inlist}) GROUP BY v ORDER BY n, v")
+            return _sql(f"{self._with([v.lower() for v in self.candidates])}SELECT v, COUNT(*) "
+                        f"AS n FROM ({self._union(self.kinds, where=False)}) AS u "
+                        "WHERE lower(v) IN (SELECT v FROM k) GROUP BY v ORDER BY n, v")
         rows = observation.data.get("rows") or []
         return _submit(str(rows[0][0]) if rows else
                        (self.candidates[0] if self.candidates else "unknown"))
@@ -250,6 +260,8 @@ class RandomSQLAgent:
     """Random table peeks, then a random cell as the answer (seeded by the question id)."""
 
     def __init__(self, *, layer: str = "alert", peeks: int = 3, seed: int = 0):
+        if isinstance(peeks, bool) or not isinstance(peeks, int) or peeks < 0:
+            raise ValueError(f"peeks must be an int >= 0, got {peeks!r}")
         self.tables = tables_for_layer(layer)
         self.peeks, self.seed = peeks, seed
 
@@ -265,5 +277,7 @@ class RandomSQLAgent:
         if self.left > 0:
             self.left -= 1
             table = self.rng.choice(self.tables)
-            return _sql(f'SELECT * FROM "{table}" LIMIT 15 OFFSET {self.rng.randrange(40)}')
+            order = ", ".join(f'"{c}" NULLS FIRST' for c in SCHEMA[table])  # a total order
+            return _sql(f'SELECT * FROM "{table}" ORDER BY {order} LIMIT 15 OFFSET '
+                        f"{self.rng.randrange(40)}")
         return _submit(self.rng.choice(self.cells) if self.cells else "unknown")

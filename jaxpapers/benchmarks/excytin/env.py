@@ -19,6 +19,7 @@ at reset, the question's public fields (``question_id``, ``incident``, ``start_v
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -54,9 +55,10 @@ class ExcytinEnv:
       max_steps: steps per episode (>= 1); the last step that is not a submission ends it with
         reward 0.
       max_rows: rows shown per result (>= 1); timeout_s: seconds per query (> 0).
-      decay: step-credit decay in (0, 1].
-      judge_fn: ``judge(question, gold, solution, submitted, decay=...) -> dict``; default the
-        deterministic judge (an ``LLMJudge(...).judge`` fits too).
+      decay: step-credit decay in (0, 1] of the default judge.
+      judge_fn: ``judge_fn(question, gold, solution, submitted) -> dict`` with ``reward`` and
+        ``answer_correct``; default the deterministic ``judge`` with ``decay``. An
+        ``LLMJudge(client, decay=...).judge`` fits (it carries its own decay).
 
     ``query_log`` keeps ``(question_id, sql, result)`` of every query since construction (the
     experiment replays it on the other backend).
@@ -76,14 +78,23 @@ class ExcytinEnv:
         self.decay = _check_decay(decay)
         self.db_path, self.layer, self.backend = db_path, layer, backend
         self.max_steps, self.max_rows, self.timeout_s = max_steps, max_rows, float(timeout_s)
-        self.judge_fn = judge_fn or judge
+        self.judge_fn = judge_fn or functools.partial(judge, decay=self.decay)
         self.query_log: list[tuple[str, str, object]] = []
         self._conn = None
         self._task = None
         self._steps = 0
-        # Open once now so that a missing file fails at construction, not mid-episode.
-        open_readonly(db_path, backend=backend, timeout_s=self.timeout_s,
-                      max_rows=max_rows).close()
+        self._done = False
+        # Open once now: a missing file fails here, not mid-episode, and the file must be of
+        # this layer (an alert-layer file opened as "log" would show the alert tables).
+        conn = open_readonly(db_path, backend=backend, timeout_s=self.timeout_s,
+                             max_rows=max_rows)
+        try:
+            has_alerts = conn.execute("SELECT COUNT(*) AS n FROM SecurityAlert").error is None
+        finally:
+            conn.close()
+        if has_alerts != (layer == "alert"):
+            raise ValueError(f"layer={layer!r} does not match {db_path}: it "
+                             f"{'has' if has_alerts else 'lacks'} the alert tables")
 
     def tools(self) -> list[dict]:
         return [dict(t) for t in _TOOLS]
@@ -96,7 +107,7 @@ class ExcytinEnv:
         self.close()
         self._conn = open_readonly(self.db_path, backend=self.backend, timeout_s=self.timeout_s,
                                    max_rows=self.max_rows)
-        self._task, self._steps = task, 0
+        self._task, self._steps, self._done = task, 0, False
         text = f"{task['context']} {task['question']}"
         data = {k: task[k] for k in PUBLIC_FIELDS if k in task}
         data["question_id"] = task["id"]
@@ -105,6 +116,8 @@ class ExcytinEnv:
     def step(self, call: ToolCall) -> StepResult:
         if self._task is None:
             raise RuntimeError("call reset(task) before step")
+        if self._done:
+            raise RuntimeError("the episode is over; call reset(task) for the next one")
         self._steps += 1
         last = self._steps >= self.max_steps
         spec = next((t for t in _TOOLS if t["function"]["name"] == call.name), None)
@@ -115,11 +128,11 @@ class ExcytinEnv:
         if call.name == "submit":
             answer = call.arguments["answer"]
             verdict = self.judge_fn(self._task["context"] + " " + self._task["question"],
-                                    self._task["answer"], self._task["solution"], answer,
-                                    decay=self.decay)
+                                    self._task["answer"], self._task["solution"], answer)
             info = {"submitted": answer, **verdict, "steps": self._steps}
             obs = Observation(f"Submitted: {answer}", {"submitted": answer})
             self.close()
+            self._done = True
             return StepResult(obs, float(verdict["reward"]), True, info)
         t0 = time.perf_counter()
         res = self._conn.execute(call.arguments["query"])
@@ -133,6 +146,7 @@ class ExcytinEnv:
         if not last:
             return StepResult(obs, 0.0, False, {})
         self.close()
+        self._done = True
         return StepResult(obs, 0.0, True, {"submitted": None, "reward": 0.0,
                                            "answer_correct": False, "steps": self._steps,
                                            "out_of_steps": True})

@@ -10,8 +10,10 @@ writing:
 * question: the end alert's name and the kind of the answer ("What is the IP address ...");
 * solution: one step per alert on the path, each naming (in backticks) the entity that leads to
   the next alert; the last names the answer;
-* leak check: a question whose answer (normalised) occurs in its own context or question is
-  dropped and counted (``leaks_dropped``); :func:`find_leaks` checks an emitted set again.
+* leak check: a question whose answer occurs in its own context or question (a substring, or
+  a mention the judge accepts, such as the file stem ``lsass`` of ``lsass.exe``) is dropped and
+  counted (``leaks_dropped``); :func:`find_leaks` checks an emitted set again, and the
+  experiment also submits each question's own text to the judge (``questions/echo_correct``).
 
 A question dict (JSON-ready): ``id``, ``incident``, ``context``, ``question``, ``answer``,
 ``answer_type`` (entity type), ``answer_field`` (identifier field), ``solution`` (list of step
@@ -27,7 +29,7 @@ import json
 
 from jaxpapers.benchmarks.excytin.graph import (alert_graph, alert_paths, entity_identifiers,
                                                 select_alert_paths)
-from jaxpapers.benchmarks.excytin.judge import normalize_answer
+from jaxpapers.benchmarks.excytin.judge import _mentions, normalize_answer
 from jaxpapers.benchmarks.excytin.world import Tenant
 
 __all__ = ["KIND_PHRASES", "display_value", "kind_phrase", "render_question",
@@ -43,8 +45,9 @@ KIND_PHRASES = {
     ("filehash", "Algorithm__Value"): "file hash", ("mailbox", "MailboxPrimaryAddress"):
     "mailbox address", ("mailmessage", "Recipient"): "email recipient",
     ("mailmessage", "Sender"): "email sender address", ("mailmessage", "SenderIP"):
-    "email sender IP address", ("process", "ProcessId__CreationTimeUtc__CommandLine"):
-    "process command line", ("process", "ExtractedFileName"): "executable or file name in the "
+    "email sender IP address", ("process", "ProcessId__CreatedTimeUtc__CommandLine"):
+    "process command line", ("cloud-application", "AppId"): "cloud application id",
+    ("cloud-application", "Name__InstanceName"): "cloud application", ("process", "ExtractedFileName"): "executable or file name in the "
     "command line",
 }
 
@@ -57,7 +60,7 @@ def kind_phrase(node_type: str, field: str) -> str:
 def display_value(node_type: str, field: str, value: str) -> str:
     """The answer as an analyst writes it: a joined identifier keeps its last part.
 
-    ``Algorithm__Value`` -> the hash; ``ProcessId__CreationTimeUtc__CommandLine`` -> the command
+    ``Algorithm__Value`` -> the hash; ``ProcessId__CreatedTimeUtc__CommandLine`` -> the command
     line; single fields are returned as they are.
     """
     if "__" in field:
@@ -130,12 +133,16 @@ def _field_values(alert_row: dict, node_type: str, field: str) -> list[str]:
 
 
 def _leaks(q: dict) -> bool:
+    """The answer is in the question's own text: as a normalised substring, or as the judge
+    would find it there (token-bounded, file stem, nearby timestamp: ``judge._mentions``)."""
     a = normalize_answer(q["answer"])
-    return bool(a) and a in normalize_answer(q["context"] + " " + q["question"])
+    text = normalize_answer(q["context"] + " " + q["question"])
+    return bool(a) and (a in text or _mentions(text, a))
 
 
 def find_leaks(questions: list[dict]) -> list[str]:
-    """Ids of questions whose answer (normalised) occurs in their own context or question."""
+    """Ids of questions whose answer occurs in their own context or question (see ``_leaks``:
+    a substring, or what the judge's matcher accepts, e.g. ``lsass.exe`` in "LSASS")."""
     return [q["id"] for q in questions if _leaks(q)]
 
 

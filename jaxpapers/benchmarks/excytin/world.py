@@ -326,12 +326,14 @@ class _Alerts:
         items, n = [], 1
         for e in entities:
             n += 1
-            item = {"$id": str(n), **e}
-            if e["Type"] == "process":  # Sentinel nests the image file and the host
+            item = {"$id": str(n), **{k: v for k, v in e.items() if not k.startswith("_")}}
+            if e["Type"] == "process":  # Sentinel nests the image file
                 n += 1
                 item["ImageFile"] = {"$id": str(n), "Type": "file",
                                      "Name": e.get("_image", "unknown.exe")}
-                item.pop("_image", None)
+                # exports carry both names of the creation time; the official rules read
+                # CreatedTimeUtc
+                item["CreatedTimeUtc"] = item["CreationTimeUtc"]
             items.append(item)
         # Sentinel repeats entities as back-references; the graph builder skips them.
         refs = [{"$ref": it["$id"]} for it in items if g.r.random() < 0.5]

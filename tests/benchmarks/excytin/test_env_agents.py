@@ -11,6 +11,9 @@ from jaxpapers import agents as ag
 from jaxpapers.benchmarks import excytin as ex
 
 
+pytest.importorskip("duckdb")  # the test extra has it; the DuckDB backend and replay need it
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     tenant = ex.generate_tenant(3, incidents=3, noise_rows=20)
@@ -67,6 +70,10 @@ def test_out_of_steps_errors_cost_a_step(world):
     assert not r2.done and "unknown tool" in r2.observation.text
     r3 = env.step(ag.ToolCall("execute_sql", {"sql": "SELECT 1"}))  # wrong argument name
     assert r3.done and r3.reward == 0.0 and r3.info["out_of_steps"]
+    for call in (ag.ToolCall("submit", {"answer": qs[0]["answer"]}),
+                 ag.ToolCall("execute_sql", {"query": "SELECT 1"})):
+        with pytest.raises(RuntimeError, match="over"):
+            env.step(call)  # nothing is judged or run after the end
     with pytest.raises(RuntimeError):
         ex.ExcytinEnv(dbs[("alert", "sqlite")]).step(ag.ToolCall("submit", {"answer": "x"}))
 
@@ -85,6 +92,33 @@ def test_agent_sql_cannot_change_the_database(world, backend):
         assert r.observation.data["error"], sql
     env.close()
     assert _sha(path) == before and sorted(os.listdir(path.parent)) == listing
+
+
+def test_layer_must_match_the_file(world):
+    _, _, dbs = world
+    with pytest.raises(ValueError, match="layer"):
+        ex.ExcytinEnv(dbs[("alert", "sqlite")], layer="log")
+    with pytest.raises(ValueError, match="layer"):
+        ex.ExcytinEnv(dbs[("log", "duckdb")], layer="alert", backend="duckdb")
+
+
+def test_llm_judge_in_the_env(world):
+    """``judge_fn=LLMJudge(client).judge``: the env's verdict comes from the model's reply."""
+    _, qs, dbs = world
+
+    class Client:
+        def __init__(self, verdict):
+            self.verdict = verdict
+
+        def chat(self, messages, *, tools=None, **params):
+            return {"role": "assistant", "content": f'{{"correct": {self.verdict}}}'}
+
+    for verdict, reward in (("true", 1.0), ("false", 0.0)):
+        env = ex.ExcytinEnv(dbs[("alert", "sqlite")],
+                            judge_fn=ex.LLMJudge(Client(verdict)).judge)
+        env.reset(qs[0])
+        r = env.step(ag.ToolCall("submit", {"answer": "whatever the model says"}))
+        assert r.done and r.reward == reward
 
 
 def test_log_layer_has_no_alert_tables(world):

@@ -137,7 +137,26 @@ def test_bad_seed_and_per_incident(tenants):
         ex.generate_tenant("0")
     with pytest.raises(ValueError, match="per_incident"):
         ex.make_questions(tenants[0], per_incident=0)
-    with pytest.raises(ValueError, match="k"):
+    with pytest.raises(ValueError, match=r"\bk\b"):
         ex.make_questions(tenants[0], k=0)
     with pytest.raises(ValueError, match="incident"):
         tenants[0].alerts(99)
+
+
+def test_judge_stem_leak_is_caught():
+    """An answer the judge would find in the question's own words (``lsass.exe`` in "LSASS")
+    counts as a leak, not only a verbatim substring."""
+    q = {"id": "x", "answer": "lsass.exe", "context": "An alert \"LSASS memory access\".",
+         "question": "What file?"}
+    assert ex.find_leaks([q]) == ["x"]
+    q2 = dict(q, context="An alert about memory access.")
+    assert ex.find_leaks([q2]) == []
+
+
+def test_every_question_kind_has_a_phrase(questions):
+    from jaxpapers.benchmarks.excytin.questions import KIND_PHRASES
+
+    for qs, _ in questions.values():
+        for q in qs:
+            assert (q["answer_type"], q["answer_field"]) in KIND_PHRASES, q["question"]
+            assert "__" not in q["question"]

@@ -114,7 +114,7 @@ PAPERS: tuple[Paper, ...] = (
     _p("coupling_pinn", "Coupling layers for deep physics-informed neural networks", "pinn",
        _IMPL, issue=9),
     _p("excytin", "ExCyTIn-Bench: evaluating LLM agents on cyber threat investigation", "benchmarks",
-       Status.IN_PROGRESS, issue=26),
+       _IMPL, issue=26),
     _p("supermeshnet", "SuperMeshNet: mesh super-resolution for PDE simulation", "graph",
        _IMPL, issue=23),
     _p("riskzero", "RiskZero: risk-sensitive MuZero-style planning", "search", _IMPL, issue=8),

@@ -195,25 +195,36 @@ class LogWalkAgent:
         self.phase = "hop1"
         self.candidates: list[str] = []
 
-    @staticmethod
-    def _union(kinds, *, where: bool = True) -> str:
-        """``WITH k(v) AS (VALUES ...) SELECT v, COUNT(*) ...``-ready union over the log tables
-        (the values are listed once, in ``k``, so the statement stays short)."""
-        parts = []
-        for table in tables_for_layer("log"):
+    max_values = 16  # values per IN list (keeps a statement under the sandbox's 100k chars)
+
+    @classmethod
+    def _count_query(cls, values, kinds, *, where: bool = True, having: str = "",
+                     order: str = "n DESC, v") -> str:
+        """``SELECT v, COUNT(*) AS n`` over the ``kinds`` columns of the log tables, from the
+        rows whose entity columns hold one of ``values`` (all rows when ``where`` is False).
+
+        One CTE per table holds its matching rows, so the match is written once per table;
+        literal IN lists (DuckDB plans an ``IN (SELECT ...)`` per column as a hash join, which
+        needed more than the sandbox's 256 MB for this union).
+        """
+        inlist = ", ".join(sql_literal(v) for v in list(values)[: cls.max_values]) or "NULL"
+        ctes, parts = [], []
+        for i, table in enumerate(tables_for_layer("log")):
             ent = [c for c in SCHEMA[table] if c in ENTITY_COLUMNS]
             outs = [c for c in ent if ENTITY_COLUMNS[c] in kinds]
-            match = " OR ".join(f'lower(CAST("{c}" AS VARCHAR)) IN (SELECT v FROM k)'
-                                for c in ent)
-            for c in outs:
-                cond = f" WHERE {match}" if where else ""
-                parts.append(f'SELECT CAST("{c}" AS VARCHAR) AS v FROM "{table}"{cond}')
-        return " UNION ALL ".join(parts)
-
-    @staticmethod
-    def _with(values) -> str:
-        rows = ", ".join(f"({sql_literal(v)})" for v in values) or "(NULL)"
-        return f"WITH k(v) AS (VALUES {rows}) "
+            if not outs:
+                continue
+            match = " OR ".join(f'lower(CAST("{c}" AS VARCHAR)) IN ({inlist})' for c in ent)
+            cond = f" WHERE {match}" if where else ""
+            ctes.append(f'r{i} AS (SELECT {", ".join(chr(34) + c + chr(34) for c in outs)} '
+                        f'FROM "{table}"{cond})')
+            parts.extend(f'SELECT CAST("{c}" AS VARCHAR) AS v FROM r{i}' for c in outs)
+        if not parts:
+            return "SELECT NULL AS v, 0 AS n WHERE 1 = 0"
+        filt = f" AND {having}" if having else ""
+        return (f"WITH {', '.join(ctes)} SELECT v, COUNT(*) AS n FROM "
+                f"({' UNION ALL '.join(parts)}) AS u WHERE v IS NOT NULL{filt} "
+                f"GROUP BY v ORDER BY {order}")
 
     def _values(self, observation: Observation) -> list[str]:
         rows = observation.data.get("rows") or []
@@ -225,17 +236,13 @@ class LogWalkAgent:
             return _submit("unknown")
         if self.phase == "hop1":
             self.phase = "read1"
-            return _sql(f"{self._with(self.known)}SELECT v, COUNT(*) AS n FROM "
-                        f"({self._union(self.kinds)}) AS u WHERE v IS NOT NULL "
-                        "GROUP BY v ORDER BY n DESC, v")
+            return _sql(self._count_query(self.known, self.kinds))
         if self.phase == "read1":
             self.candidates = self._values(observation)
             if not self.candidates:
                 self.phase = "read_hop2"
                 all_kinds = tuple(sorted(set(ENTITY_COLUMNS.values())))
-                return _sql(f"{self._with(self.known)}SELECT v, COUNT(*) AS n FROM "
-                            f"({self._union(all_kinds)}) AS u WHERE v IS NOT NULL "
-                            "GROUP BY v ORDER BY n DESC, v")
+                return _sql(self._count_query(self.known, all_kinds))
             self.phase = "count"
         if self.phase == "read_hop2":
             nxt = [v.lower() for v in self._values(observation)]
@@ -243,14 +250,12 @@ class LogWalkAgent:
                 return _submit("unknown")
             self.known = sorted(set(self.known) | set(nxt))
             self.phase = "read1"
-            return _sql(f"{self._with(nxt)}SELECT v, COUNT(*) AS n FROM "
-                        f"({self._union(self.kinds)}) AS u WHERE v IS NOT NULL "
-                        "GROUP BY v ORDER BY n DESC, v")
+            return _sql(self._count_query(nxt, self.kinds))
         if self.phase == "count":
             self.phase = "answer"
-            return _sql(f"{self._with([v.lower() for v in self.candidates])}SELECT v, COUNT(*) "
-                        f"AS n FROM ({self._union(self.kinds, where=False)}) AS u "
-                        "WHERE lower(v) IN (SELECT v FROM k) GROUP BY v ORDER BY n, v")
+            inlist = ", ".join(sql_literal(v.lower()) for v in self.candidates)
+            return _sql(self._count_query((), self.kinds, where=False,
+                                          having=f"lower(v) IN ({inlist})", order="n, v"))
         rows = observation.data.get("rows") or []
         return _submit(str(rows[0][0]) if rows else
                        (self.candidates[0] if self.candidates else "unknown"))

@@ -78,19 +78,19 @@ def _ddl(table: str) -> tuple[str, list[str]]:
     return create, index
 
 
-def write_sqlite(tenant: Tenant, path, *, layer: str = "alert",
-                 overwrite: bool = False) -> pathlib.Path:
-    """Write ``tenant``'s ``layer`` tables to a SQLite file (entity columns indexed)."""
+def _write(tenant: Tenant, path, layer: str, overwrite: bool, connect, insert,
+           leftovers=()) -> pathlib.Path:
+    """Create the tables of ``layer`` in a temporary file beside ``path``, fill them with
+    ``insert(conn, table, rows)``, then rename the file into place (removed on failure)."""
     _check_layer(layer)
     path, tmp = _prepare(path, overwrite)
     try:
-        conn = sqlite3.connect(tmp)
+        conn = connect(tmp)
         try:
             for table in tables_for_layer(layer):
                 create, index = _ddl(table)
                 conn.execute(create)
-                marks = ", ".join("?" * len(SCHEMA[table]))
-                conn.executemany(f'INSERT INTO "{table}" VALUES ({marks})', _rows(tenant, table))
+                insert(conn, table, _rows(tenant, table))
                 for stmt in index:
                     conn.execute(stmt)
             conn.commit()
@@ -98,9 +98,21 @@ def write_sqlite(tenant: Tenant, path, *, layer: str = "alert",
             conn.close()
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for leftover in (tmp, *(tmp + suffix for suffix in leftovers)):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
     return path
+
+
+def write_sqlite(tenant: Tenant, path, *, layer: str = "alert",
+                 overwrite: bool = False) -> pathlib.Path:
+    """Write ``tenant``'s ``layer`` tables to a SQLite file (entity columns indexed)."""
+
+    def insert(conn, table, rows):
+        marks = ", ".join("?" * len(SCHEMA[table]))
+        conn.executemany(f'INSERT INTO "{table}" VALUES ({marks})', rows)
+
+    return _write(tenant, path, layer, overwrite, sqlite3.connect, insert)
 
 
 def write_duckdb(tenant: Tenant, path, *, layer: str = "alert",
@@ -111,29 +123,16 @@ def write_duckdb(tenant: Tenant, path, *, layer: str = "alert",
         import duckdb
     except ImportError as e:  # pragma: no cover - depends on the install
         raise ImportError("write_duckdb needs the duckdb package (pip install duckdb)") from e
-    path, tmp = _prepare(path, overwrite)
-    try:
-        conn = duckdb.connect(tmp)
-        try:
-            for table in tables_for_layer(layer):
-                create, index = _ddl(table)
-                conn.execute(create)
-                rows = _rows(tenant, table)
-                one = "(" + ", ".join("?" * len(SCHEMA[table])) + ")"
-                # multi-row statements: DuckDB's executemany pays a statement per row
-                for i in range(0, len(rows), _CHUNK):
-                    chunk = rows[i:i + _CHUNK]
-                    conn.execute(f'INSERT INTO "{table}" VALUES ' + ", ".join([one] * len(chunk)),
-                                 [v for row in chunk for v in row])
-            conn.execute("CHECKPOINT")
-        finally:
-            conn.close()
-        os.replace(tmp, path)
-    finally:
-        for leftover in (tmp, tmp + ".wal"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
-    return path
+
+    def insert(conn, table, rows):
+        one = "(" + ", ".join("?" * len(SCHEMA[table])) + ")"
+        # multi-row statements: DuckDB's executemany pays a statement per row
+        for i in range(0, len(rows), _CHUNK):
+            chunk = rows[i:i + _CHUNK]
+            conn.execute(f'INSERT INTO "{table}" VALUES ' + ", ".join([one] * len(chunk)),
+                         [v for row in chunk for v in row])
+
+    return _write(tenant, path, layer, overwrite, duckdb.connect, insert, leftovers=(".wal",))
 
 
 def write_database(tenant: Tenant, path, *, backend: str = "sqlite", layer: str = "alert",

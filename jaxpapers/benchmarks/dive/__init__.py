@@ -1,0 +1,1 @@
+"""DIVE offline: typed tool worlds, reproducible task synthesis verified by replay."""

@@ -3,18 +3,25 @@
 DIVE keeps whatever its LLM wrote as ground truth (a parse failure leaves "Failed to derive
 answer") and never re-runs a tool call. :func:`replay` re-executes a task's program in a fresh
 world built from ``(domain, world_seed)`` and accepts the task only if every call's output and
-the answer are reproduced exactly. (The solver check, ``solve``, and running tools in the shared
-sandbox worker are not built yet.)
+the answer are reproduced exactly. :func:`solve` reads only the question, the offered tools'
+specs and the world's lexicon and runs every composition consistent with the question;
+:func:`solver_verified` accepts a task only if all of them give its answer (the question is
+complete and unambiguous). Running tools in the shared sandbox worker is not built yet.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Any
 
-from jaxpapers.benchmarks.dive.synth import answer_text
-from jaxpapers.benchmarks.dive.worlds import DOMAINS, call_tool, canonical, make_world
+from jaxpapers.benchmarks.dive.synth import VERB_PHRASES, answer_text
+from jaxpapers.benchmarks.dive.worlds import (DOMAINS, call_tool, canonical, domain_tools,
+                                              make_world)
 
-__all__ = ["replay", "check_task"]
+__all__ = ["replay", "check_task", "solve", "solver_verified", "MAX_DEPTH"]
+
+MAX_DEPTH = 4
 
 _KEYS = ("id", "domain", "world_seed", "toolset", "question", "answer", "program")
 
@@ -67,3 +74,95 @@ def replay(task: dict) -> bool:
             return False
         outputs[call["id"]] = out
     return answer_text(outputs[task["program"][-1]["id"]]) == task["answer"]
+
+
+# ------------------------------------------------------------------------------------ solver
+def _parse_steps(question: str):
+    """``(seed type words, seed value, domain, [step text])`` or None."""
+    m = re.fullmatch(r"Start from the (.+?) \((\w+)\)\. (.+)\. What is the result\?", question,
+                     flags=re.S)
+    if m is None:
+        return None
+    head, domain, body = m.groups()
+    return head, domain, body.split("; then ")
+
+
+def _step_candidates(step: str, specs: list, first: bool):
+    """Tools (and their constant arguments) whose verb paraphrase and object the step states."""
+    out = []
+    target = "that" if first else "it"
+    for spec in specs:
+        for phrase in VERB_PHRASES.get(spec.verb, (spec.verb,)):
+            start = f"{phrase} the {spec.obj.replace('_', ' ')} for {target}"
+            if step[:1].lower() + step[1:] != start and not (step[:1].lower() + step[1:]
+                                                            ).startswith(start + " (with "):
+                continue
+            rest = step[len(start):]
+            props = list(spec.parameters["properties"].items())[1:]
+            consts = {}
+            if props:
+                pat = (r" \(with " + ", ".join(re.escape(k.replace("_", " ")) + r" (.+?)"
+                                               for k, _ in props) + r"\)")
+                m = re.fullmatch(pat, rest)
+                if m is None:
+                    continue
+                for (k, schema), raw in zip(props, m.groups()):
+                    try:
+                        consts[k] = (int(raw) if schema["type"] == "integer" else
+                                     float(raw) if schema["type"] == "number" else raw)
+                    except ValueError:
+                        break
+                else:
+                    out.append((spec, consts))
+            elif rest == "":
+                out.append((spec, consts))
+    return out
+
+
+def solve(question: str, toolset: list[str], world) -> list[str] | None:
+    """Answers of every composition of offered tools consistent with ``question``.
+
+    Sees only the question, the offered tools' specs and the world's lexicon (the seed must be a
+    lexicon value of the stated type); tools run in ``world``. A composition is one candidate
+    tool per step (its verb paraphrase, object and named constants match the step's words), the
+    first taking the seed, each later one the previous output, with matching semantic types, at
+    most ``MAX_DEPTH`` steps. Returns None when the question cannot be read.
+    """
+    parsed = _parse_steps(question)
+    if parsed is None:
+        return None
+    head, domain, steps = parsed
+    if domain != world.domain or not steps or len(steps) > MAX_DEPTH:
+        return None
+    seeds = [(t, v) for t, values in world.lexicon.items() for v in values
+             if head == f"{t.replace('_', ' ')} {v}"]
+    specs = [t.spec for n, t in domain_tools(domain).items() if n in toolset]
+    cands = [_step_candidates(s, specs, i == 0) for i, s in enumerate(steps)]
+    answers = []
+    for xtype, value in seeds:
+        for combo in itertools.product(*cands):
+            key, cur, ok = (xtype, False), value, True
+            for spec, consts in combo:
+                first_name, first_schema = next(iter(spec.parameters["properties"].items()))
+                if (first_schema["x-type"], first_schema["type"] == "array") != key:
+                    ok = False
+                    break
+                good, cur = call_tool(world, spec.name, {first_name: cur, **consts})
+                if not good:
+                    ok = False
+                    break
+                key = (spec.returns["x-type"], spec.returns["type"] == "array")
+            if ok:
+                answers.append(answer_text(cur))
+    return answers
+
+
+def solver_verified(task: dict) -> bool:
+    """True iff the solver finds at least one composition and every one gives the answer."""
+    try:
+        check_task(task)
+        world = make_world(task["domain"], task["world_seed"])
+    except (ValueError, TypeError):
+        return False
+    answers = solve(task["question"], task["toolset"], world)
+    return bool(answers) and all(a == task["answer"] for a in answers)

@@ -118,3 +118,16 @@ def test_bad_input(kwargs, name):
 def test_one_domain_only():
     ts = synthesize(20, seed=3, domains=("finance",))
     assert {t["domain"] for t in ts} == {"finance"}
+
+
+def test_solver_verifies_synthesised_tasks_and_rejects_edited_questions(tasks):
+    from jaxpapers.benchmarks.dive.verify import solver_verified
+
+    assert all(solver_verified(t) for t in tasks)
+    t = copy.deepcopy(next(t for t in tasks if len(t["program"]) >= 2))
+    broken = dict(t, question=t["question"].replace("; then ", "; next ", 1))
+    assert not solver_verified(broken)  # a step the solver cannot read
+    dropped = dict(t, question=t["question"].split("; then ")[0] + ". What is the result?")
+    assert not solver_verified(dropped)  # a shorter program gives another answer
+    assert not solver_verified(dict(t, question="What is the answer?"))
+    assert not solver_verified({"id": "x"})

@@ -202,18 +202,23 @@ def _renumber(program: list[dict]) -> list[dict]:
 
 def synthesize_one(index: int, *, seed: int, domains: tuple[str, ...] = DOMAINS,
                    toolset_min: int = 5, toolset_max: int = 15,
-                   explorer: TypeDirectedExplorer | None = None,
-                   max_tries: int = 8) -> dict | None:
-    """Task ``index`` of run ``seed`` (None when no try gives a leak-free program)."""
+                   explorer: TypeDirectedExplorer | None = None, max_tries: int = 8,
+                   tool_pool=None, fixed_toolsets=None) -> dict | None:
+    """Task ``index`` of run ``seed`` (None when no try gives a leak-free program).
+
+    ``tool_pool``: the tools toolsets are drawn from (default all); ``fixed_toolsets``:
+    ``{domain: [tool names]}`` offered as they are instead of a random draw (a narrow arm).
+    """
     explorer = explorer or TypeDirectedExplorer()
     rng = random.Random(zlib.crc32(f"{seed}:{index}".encode()))
     for _ in range(max_tries):
         domain = domains[rng.randrange(len(domains))]
         world_seed = rng.randrange(1_000_000)
         world = make_world(domain, world_seed)
-        names = sorted(domain_tools(domain))
+        names = sorted(n for n in domain_tools(domain) if tool_pool is None or n in tool_pool)
         k = min(len(names), rng.randint(toolset_min, toolset_max))
-        toolset = sorted(rng.sample(names, k))
+        sample = sorted(rng.sample(names, k))
+        toolset = sorted(fixed_toolsets[domain]) if fixed_toolsets else sample
         tools = domain_tools(domain)
         first_types = sorted({_key(next(iter(tools[n].spec.parameters["properties"].values())))
                               for n in toolset})
@@ -252,8 +257,12 @@ def synthesize_one(index: int, *, seed: int, domains: tuple[str, ...] = DOMAINS,
 
 
 def synthesize(n_tasks: int, *, seed: int, domains=None, toolset_min: int = 5,
-               toolset_max: int = 15) -> list[dict]:
+               toolset_max: int = 15, tool_pool=None, fixed_toolsets=None,
+               keep=None) -> list[dict]:
     """``n_tasks`` tasks of run ``seed`` (contract; see the module docstring).
+
+    ``tool_pool`` / ``fixed_toolsets``: see :func:`synthesize_one`; ``keep(task) -> bool``
+    filters tasks (e.g. those using a held-out tool); rejected tasks are not counted.
 
     Raises ValueError for ``n_tasks`` < 1, an unknown domain, or toolset bounds outside
     ``1 <= toolset_min <= toolset_max``.
@@ -274,10 +283,11 @@ def synthesize(n_tasks: int, *, seed: int, domains=None, toolset_min: int = 5,
     index = 0
     while len(out) < n_tasks:
         task = synthesize_one(index, seed=seed, domains=doms, toolset_min=toolset_min,
-                              toolset_max=toolset_max)
+                              toolset_max=toolset_max, tool_pool=tool_pool,
+                              fixed_toolsets=fixed_toolsets)
         index += 1
-        if task is not None:
+        if task is not None and (keep is None or keep(task)):
             out.append(task)
-        if index > 20 * n_tasks + 100:
+        if index > 200 * n_tasks + 1000:
             raise RuntimeError(f"only {len(out)} of {n_tasks} tasks after {index} tries")
     return out

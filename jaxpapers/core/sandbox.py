@@ -65,6 +65,20 @@ opening files for writing from Python code. Not enforced: an OS sandbox around t
 (the engines' own file access is kept in check by their setup only), and CPU share; see that
 module.
 
+Python functions are the other exception: ``call_function("package.module:qualname", kwargs,
+timeout_s=..., memory_mb=..., sys_path=...)`` (from ``jaxpapers.core._sandbox_worker``,
+re-exported here) calls one function with JSON kwargs in a pooled ``python -I`` worker built
+from the SQL workers' machinery (same pool, hard deadline, parent-death watchdog,
+address-space cap and audit hook) and returns a frozen ``FunctionResult`` (``ok``, ``value``,
+``error``, ``seconds``); it never raises for what the function does. The target's module is
+imported after the audit hook is installed. Enforced there: ``timeout_s`` (an interrupt, then
+a kill ``WORKER_GRACE_S`` later; the worker is replaced), ``memory_mb`` (+ 128 MiB) of
+address-space growth, JSON in and out (16 MiB each way), and refusals of sockets, new
+processes, opening files for writing, file changes, signals to other processes and native
+calls through ``ctypes``. Not enforced: reading files (the worker can read whatever this user
+can), isolation between calls that share a pooled worker, and anything the Python audit hook
+does not see; see that module. DIVE's tools use it through ``call_tool(..., sandboxed=True)``.
+
 >>> r = run_python("print(6 * 7)")
 >>> r.status in ("ok", "unavailable")
 True
@@ -94,9 +108,10 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from jaxpapers.core._sandbox_sql import ReadOnlySQL, SQLResult, open_readonly_sql
+from jaxpapers.core._sandbox_worker import FunctionResult, call_function
 
 __all__ = ["SandboxResult", "run_python", "run", "available", "why_unavailable",
-           "open_readonly_sql", "ReadOnlySQL", "SQLResult"]
+           "open_readonly_sql", "ReadOnlySQL", "SQLResult", "call_function", "FunctionResult"]
 
 # Programs the sandbox is built from (module-level so a test, or a machine with another layout,
 # can point them elsewhere). They are looked up at call time.

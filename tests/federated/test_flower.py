@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 
 import numpy as np
@@ -88,7 +89,9 @@ def _ray_children() -> list[str]:
             cmd = " ".join(child.cmdline())
         except psutil.Error:  # exited meanwhile
             continue
-        if "ray" in cmd.lower():
+        # Ray's own processes (raylet, gcs_server, "ray::" workers, files under a ray/ folder);
+        # not any command line that merely contains the letters (e.g. "array" in a -c source)
+        if re.search(r"(^|[\s/])(ray|raylet|gcs_server)(\s|$|\.py)|ray::|/ray/", cmd):
             out.append(cmd)
     return out
 

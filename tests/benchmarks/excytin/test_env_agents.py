@@ -14,6 +14,15 @@ from jaxpapers.benchmarks import excytin as ex
 pytest.importorskip("duckdb")  # the test extra has it; the DuckDB backend and replay need it
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_idle_sql_workers():
+    """Leave no pooled SQL worker processes behind for later tests in this process."""
+    yield
+    from jaxpapers.core import _sandbox_sql
+
+    _sandbox_sql.close_idle_workers()
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     tenant = ex.generate_tenant(3, incidents=3, noise_rows=20)

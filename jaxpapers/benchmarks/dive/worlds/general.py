@@ -514,7 +514,10 @@ def count_workday(world, start, end):
       params={"values": arg("number", "array", "numbers to add", items="number")},
       returns=arg("number", "number"), kind="P", group="arithmetic")
 def compute_total(world, values):
-    return math.fsum(_numbers(values))
+    try:
+        return math.fsum(_numbers(values))
+    except OverflowError as e:  # e.g. [1e308, 1e308]
+        raise ToolError(f"values: the total overflows ({e})") from None
 
 
 @tool(D, "round", "number",

@@ -30,7 +30,7 @@ from jaxpapers.agents import Observation, ToolCall
 from jaxpapers.benchmarks.excytin.db import tables_for_layer
 from jaxpapers.benchmarks.excytin.graph import entity_identifiers
 from jaxpapers.benchmarks.excytin.questions import display_value
-from jaxpapers.benchmarks.excytin.world import ENTITY_COLUMNS, SCHEMA
+from jaxpapers.benchmarks.excytin.schema import ENTITY_COLUMNS, SCHEMA
 
 __all__ = ["OracleAgent", "GraphWalkAgent", "LogWalkAgent", "RandomSQLAgent", "sql_literal"]
 

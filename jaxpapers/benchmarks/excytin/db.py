@@ -19,8 +19,9 @@ import pathlib
 import sqlite3
 import tempfile
 
-from jaxpapers.benchmarks.excytin.world import (ALERT_TABLES, ENTITY_COLUMNS, INT_COLUMNS,
-                                                SCHEMA, Tenant)
+from jaxpapers.benchmarks.excytin.schema import (ALERT_TABLES, ENTITY_COLUMNS, INT_COLUMNS,
+                                                 SCHEMA)
+from jaxpapers.benchmarks.excytin.world import Tenant
 from jaxpapers.core.sandbox import open_readonly_sql
 
 __all__ = ["LAYERS", "BACKENDS", "tables_for_layer", "write_sqlite", "write_duckdb",

@@ -18,8 +18,9 @@ Node keys (a choice of this module; the official code numbers nodes 0, 1, 2, ...
   ``value``.
 
 Determinism: randomness comes only from ``random.Random(seed)``, and everything iterates in
-input order, graph insertion order or sorted order (never set order or ``hash()``), so the output
-is the same across processes with different ``PYTHONHASHSEED``. Plain Python: no JAX here.
+input order, graph insertion order or sorted order (never set order or salted string
+hashing), so the output is the same across processes with different ``PYTHONHASHSEED``.
+Plain Python: no JAX here.
 """
 
 from __future__ import annotations

@@ -47,8 +47,8 @@ KIND_PHRASES = {
     ("mailmessage", "Sender"): "email sender address", ("mailmessage", "SenderIP"):
     "email sender IP address", ("process", "ProcessId__CreatedTimeUtc__CommandLine"):
     "process command line", ("cloud-application", "AppId"): "cloud application id",
-    ("cloud-application", "Name__InstanceName"): "cloud application", ("process", "ExtractedFileName"): "executable or file name in the "
-    "command line",
+    ("cloud-application", "Name__InstanceName"): "cloud application",
+    ("process", "ExtractedFileName"): "executable or file name in the command line",
 }
 
 

@@ -18,8 +18,8 @@ C2 -> exfiltration) and ``identity`` (password spray -> risky sign-in -> mailbox
 forwarding / cloud-app download). Consecutive stages share an entity (the URL, the victim, the
 compromised host, the stolen admin), so investigation paths are multi-hop like the paper's.
 
-Determinism: one ``random.Random(seed)``; no ``hash()``, no set iteration order, no clock. The
-same seed gives the same tables, byte for byte, in any process.
+Determinism: one ``random.Random(seed)``; no salted string hashing, no set iteration order,
+no clock. The same seed gives the same tables, byte for byte, in any process.
 
 >>> t = generate_tenant(0, incidents=2, noise_rows=5)
 >>> len(t.tables) >= 25, len(t.incidents)
@@ -39,112 +39,8 @@ from collections.abc import Mapping
 
 __all__ = ["SCHEMA", "ALERT_TABLES", "ENTITY_COLUMNS", "Tenant", "generate_tenant"]
 
-# Table -> columns (Sentinel / Defender advanced-hunting names). Types for the databases: TEXT
-# unless listed in _INT_COLUMNS.
-SCHEMA: dict[str, tuple[str, ...]] = {
-    "SecurityIncident": ("TimeGenerated", "IncidentNumber", "IncidentName", "Title",
-                         "Description", "Severity", "Status", "AlertIds", "CreatedTime",
-                         "ProviderName"),
-    "SecurityAlert": ("TimeGenerated", "AlertName", "AlertSeverity", "Description",
-                      "ProviderName", "VendorOriginalId", "SystemAlertId", "CompromisedEntity",
-                      "Tactics", "Techniques", "Entities", "StartTime", "EndTime"),
-    "AlertInfo": ("Timestamp", "AlertId", "Title", "Category", "Severity", "ServiceSource",
-                  "DetectionSource", "AttackTechniques"),
-    "AlertEvidence": ("Timestamp", "AlertId", "Title", "EntityType", "EvidenceRole",
-                      "AccountName", "AccountUpn", "AccountSid", "AccountObjectId",
-                      "DeviceName", "DeviceId", "RemoteIP", "RemoteUrl", "FileName", "SHA256",
-                      "ProcessCommandLine", "EmailSubject", "NetworkMessageId"),
-    "DeviceProcessEvents": ("Timestamp", "DeviceId", "DeviceName", "ActionType", "FileName",
-                            "FolderPath", "SHA256", "ProcessId", "ProcessCommandLine",
-                            "ProcessCreationTime", "AccountName", "AccountDomain", "AccountUpn",
-                            "AccountSid", "InitiatingProcessFileName",
-                            "InitiatingProcessCommandLine", "ReportId"),
-    "DeviceNetworkEvents": ("Timestamp", "DeviceId", "DeviceName", "ActionType", "RemoteIP",
-                            "RemotePort", "RemoteUrl", "LocalIP", "LocalPort", "Protocol",
-                            "InitiatingProcessFileName", "InitiatingProcessAccountName",
-                            "ReportId"),
-    "DeviceFileEvents": ("Timestamp", "DeviceId", "DeviceName", "ActionType", "FileName",
-                         "FolderPath", "SHA256", "FileSize", "FileOriginUrl",
-                         "InitiatingProcessFileName", "InitiatingProcessAccountName",
-                         "ReportId"),
-    "DeviceRegistryEvents": ("Timestamp", "DeviceId", "DeviceName", "ActionType", "RegistryKey",
-                             "RegistryValueName", "RegistryValueData",
-                             "InitiatingProcessFileName", "InitiatingProcessAccountName"),
-    "DeviceLogonEvents": ("Timestamp", "DeviceId", "DeviceName", "ActionType", "LogonType",
-                          "AccountName", "AccountDomain", "AccountSid", "RemoteIP",
-                          "RemoteDeviceName", "Protocol"),
-    "DeviceInfo": ("Timestamp", "DeviceId", "DeviceName", "OSPlatform", "OSVersion", "PublicIP",
-                   "AadDeviceId", "MachineGroup", "LoggedOnUsers"),
-    "DeviceNetworkInfo": ("Timestamp", "DeviceId", "DeviceName", "IPAddresses", "MacAddress",
-                          "ConnectedNetworks"),
-    "DeviceEvents": ("Timestamp", "DeviceId", "DeviceName", "ActionType", "FileName",
-                     "ProcessCommandLine", "AccountName", "RemoteIP", "AdditionalFields"),
-    "DeviceImageLoadEvents": ("Timestamp", "DeviceId", "DeviceName", "FileName", "FolderPath",
-                              "SHA256", "InitiatingProcessFileName"),
-    "SigninLogs": ("TimeGenerated", "UserPrincipalName", "UserDisplayName", "UserId",
-                   "AppDisplayName", "AppId", "IPAddress", "Location", "ResultType",
-                   "ResultDescription", "ClientAppUsed", "RiskLevelDuringSignIn", "RiskState",
-                   "ConditionalAccessStatus", "CorrelationId"),
-    "AADNonInteractiveUserSignInLogs": ("TimeGenerated", "UserPrincipalName", "UserId",
-                                        "AppDisplayName", "IPAddress", "ResultType",
-                                        "CorrelationId"),
-    "AuditLogs": ("TimeGenerated", "OperationName", "Category", "Result", "InitiatedBy",
-                  "TargetResources", "CorrelationId"),
-    "IdentityLogonEvents": ("Timestamp", "ActionType", "LogonType", "Protocol", "AccountName",
-                            "AccountDomain", "AccountUpn", "AccountSid", "DeviceName",
-                            "IPAddress", "DestinationDeviceName", "DestinationIPAddress",
-                            "FailureReason"),
-    "IdentityInfo": ("TimeGenerated", "AccountName", "AccountUPN", "AccountObjectId",
-                     "AccountSID", "AccountDisplayName", "Department", "JobTitle",
-                     "MailAddress"),
-    "IdentityDirectoryEvents": ("Timestamp", "ActionType", "AccountName", "AccountUpn",
-                                "DeviceName", "IPAddress", "AdditionalFields"),
-    "OfficeActivity": ("TimeGenerated", "Operation", "UserId", "ClientIP", "OfficeWorkload",
-                       "ResultStatus", "Parameters", "MailboxOwnerUPN", "OfficeObjectId"),
-    "CloudAppEvents": ("Timestamp", "ActionType", "Application", "ApplicationId",
-                       "AccountDisplayName", "AccountObjectId", "IPAddress", "CountryCode",
-                       "ObjectName"),
-    "EmailEvents": ("Timestamp", "NetworkMessageId", "InternetMessageId", "SenderFromAddress",
-                    "SenderMailFromAddress", "SenderIPv4", "RecipientEmailAddress", "Subject",
-                    "DeliveryAction", "DeliveryLocation", "ThreatTypes", "AttachmentCount",
-                    "UrlCount"),
-    "EmailUrlInfo": ("Timestamp", "NetworkMessageId", "Url", "UrlDomain", "UrlLocation"),
-    "EmailAttachmentInfo": ("Timestamp", "NetworkMessageId", "SenderFromAddress",
-                            "RecipientEmailAddress", "FileName", "FileType", "SHA256",
-                            "FileSize", "ThreatTypes"),
-    "UrlClickEvents": ("Timestamp", "Url", "ActionType", "AccountUpn", "NetworkMessageId",
-                       "IPAddress", "IsClickedThrough", "Workload"),
-    "ThreatIntelligenceIndicator": ("TimeGenerated", "IndicatorId", "ThreatType", "NetworkIP",
-                                    "DomainName", "Url", "FileHashValue", "FileHashType",
-                                    "ConfidenceScore", "Description", "Active"),
-    "CommonSecurityLog": ("TimeGenerated", "DeviceVendor", "DeviceProduct", "Activity",
-                          "SourceIP", "DestinationIP", "DestinationPort", "RequestURL",
-                          "DeviceAction"),
-}
-INT_COLUMNS = frozenset({"IncidentNumber", "ProcessId", "RemotePort", "LocalPort", "FileSize",
-                         "ReportId", "AttachmentCount", "UrlCount", "ConfidenceScore",
-                         "DestinationPort", "IsClickedThrough", "Active"})
-# The tables the paper's ``log`` layer removes.
-ALERT_TABLES = ("SecurityAlert", "AlertInfo", "AlertEvidence")
-# Columns that hold entity identifiers (indexed in the databases; the log-walk agent joins on
-# them). Column -> entity kind.
-ENTITY_COLUMNS: dict[str, str] = {
-    "AccountName": "account", "AccountUpn": "account", "AccountUPN": "account",
-    "AccountSid": "account", "AccountSID": "account", "AccountObjectId": "account",
-    "UserPrincipalName": "account", "UserId": "account", "MailAddress": "account",
-    "InitiatingProcessAccountName": "account", "MailboxOwnerUPN": "account",
-    "RecipientEmailAddress": "mailbox", "SenderFromAddress": "mailbox",
-    "SenderMailFromAddress": "mailbox",
-    "DeviceName": "host", "DeviceId": "host", "AadDeviceId": "host",
-    "RemoteDeviceName": "host", "DestinationDeviceName": "host",
-    "RemoteIP": "ip", "LocalIP": "ip", "IPAddress": "ip", "ClientIP": "ip", "SenderIPv4": "ip",
-    "PublicIP": "ip", "NetworkIP": "ip", "SourceIP": "ip", "DestinationIP": "ip",
-    "DestinationIPAddress": "ip",
-    "RemoteUrl": "url", "Url": "url", "FileOriginUrl": "url", "RequestURL": "url",
-    "DomainName": "url", "UrlDomain": "url",
-    "FileName": "file", "SHA256": "filehash", "FileHashValue": "filehash",
-    "ProcessCommandLine": "process",
-}
+# the table definitions live in schema.py; re-exported here for the callers of world
+from jaxpapers.benchmarks.excytin.schema import ALERT_TABLES, ENTITY_COLUMNS, SCHEMA
 
 _FIRST = ("alex", "blake", "casey", "dana", "eli", "fran", "gale", "harper", "ivy", "jules",
           "kai", "lee", "morgan", "noel", "oak", "pat", "quinn", "reese", "sam", "toni", "uma",

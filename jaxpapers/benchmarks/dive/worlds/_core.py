@@ -21,7 +21,7 @@ formulary, units and calendars) and its tools are pure, typed functions of ``(wo
   ``FLOAT_DIGITS`` digits, so they compare and serialise identically everywhere.
 
 Determinism: a world's RNG is ``random.Random`` seeded from ``zlib.crc32`` of the domain and the
-seed (never ``hash()``); tools iterate in sorted order.
+seed (never Python's salted string hash); tools iterate in sorted order.
 """
 
 from __future__ import annotations

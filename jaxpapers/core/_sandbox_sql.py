@@ -899,25 +899,24 @@ class _Worker:
     def ended(self) -> bool:
         return self._proc is None
 
-    def _start(self) -> None:
-        """Start the worker and read its first line. Raises ImportError (no duckdb there),
-        ``_Refused`` (the engine cannot open the file; the message describes it) or OSError
-        (no worker)."""
+    def _spawn(self, source: str, opening: str) -> dict:
+        """Start ``python -I -c source settings`` and return its first reply (``opening``:
+        what the worker was doing when it missed the start deadline, for the message)."""
         if not sys.executable:
             raise OSError(f"no Python interpreter to start the {self.name} worker with "
                           f"(sys.executable is empty)")
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", worker_source(), json.dumps(self.settings)],
+            [sys.executable, "-I", "-c", source, json.dumps(self.settings)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             close_fds=True, cwd="/", env={"PATH": os.environ.get("PATH", os.defpath)},
             start_new_session=True)
         try:
             for pipe in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
                 os.set_blocking(pipe.fileno(), False)
-            first = self._read_reply(b"", time.monotonic() + WORKER_START_TIMEOUT_S)
+            return self._read_reply(b"", time.monotonic() + WORKER_START_TIMEOUT_S)
         except _Deadline:
             self.end()
-            raise OSError(f"the {self.name} worker did not open the database within "
+            raise OSError(f"the {self.name} worker did not {opening} within "
                           f"{WORKER_START_TIMEOUT_S:g} s") from None
         except _WorkerLost as err:
             raise OSError(f"the {self.name} worker did not start: {self.end(str(err))}"
@@ -925,6 +924,12 @@ class _Worker:
         except BaseException:
             self.end()
             raise
+
+    def _start(self) -> None:
+        """Start the worker and read its first line. Raises ImportError (no duckdb there),
+        ``_Refused`` (the engine cannot open the file; the message describes it) or OSError
+        (no worker)."""
+        first = self._spawn(worker_source(), "open the database")
         if first.get("ready"):
             self.size_bytes = first.get("size_bytes")
             self.address_space_bytes = first.get("address_space_bytes")

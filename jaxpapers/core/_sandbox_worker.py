@@ -117,7 +117,6 @@ import numbers
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -399,27 +398,7 @@ class _FunctionWorker(_Worker):
     def _start(self) -> None:
         """Start the worker and read its first line; raises OSError when it does not start."""
         self.name = "function"  # _Worker.__init__ names workers after their SQL backend
-        if not sys.executable:
-            raise OSError("no Python interpreter to start the function worker with "
-                          "(sys.executable is empty)")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", function_worker_source(), json.dumps(self.settings)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            close_fds=True, cwd="/", env={"PATH": os.environ.get("PATH", os.defpath)},
-            start_new_session=True)
-        try:
-            for pipe in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
-                os.set_blocking(pipe.fileno(), False)
-            first = self._read_reply(b"", time.monotonic() + WORKER_START_TIMEOUT_S)
-        except _Deadline:
-            self.end()
-            raise OSError(f"the function worker did not start within "
-                          f"{WORKER_START_TIMEOUT_S:g} s") from None
-        except _WorkerLost as err:
-            raise OSError(f"the function worker did not start: {self.end(str(err))}") from None
-        except BaseException:
-            self.end()
-            raise
+        first = self._spawn(function_worker_source(), "start")
         if not first.get("ready"):
             self.end()
             raise OSError(f"the function worker did not start: {first.get('startup_error')}")

@@ -3,14 +3,20 @@
 DIVE fine-tunes Qwen3-8B on 48k agent trajectories. Offline and on CPU, the learner is a
 scorer over the offered tools: at each step it sees crc32-hashed bag-of-token embeddings of the
 question, of every offered tool's spec (name, verb, object, description, argument and return
-types) and of the state (the type of the last output, the step number); an MLP scores each tool
-and STOP. Training is cross-entropy on the steps of verified programs with
-:func:`jaxpapers.core.train.fit`; several seeds are trained at once (parameters stacked on a
-leading axis, one jitted program). Rollouts are greedy: the chosen tool's first argument is the
-previous output (the seed at first), every other argument follows one fixed type rule
+types) and of the state (the type of the last output, the step number). Tool ``j`` is scored by
+an MLP on ``[q, t_j, s, q & t_j, s & t_j]``, where ``a & b`` is the 0/1 indicator of hashed
+buckets both bags contain (token overlap: the question's words shared with the spec, the last
+output's type shared with the tool's first argument type, one ``flow_<type>`` token on both
+sides); STOP by an MLP on ``[q, s]``. Without the overlap terms a concatenation MLP has to learn
+every (question word, tool word) pair from data and does not transfer to held-out tools (see
+``experiments/dive/README.md``). Training is cross-entropy on the steps of verified programs
+with :func:`jaxpapers.core.train.fit`; many policies are trained at once (parameters stacked on
+a leading axis, one jitted program). Rollouts are greedy: the chosen tool's first argument is
+the previous output (the seed at first), every other argument follows one fixed type rule
 (:func:`fill_argument`); a rollout succeeds iff its final output is the task's answer.
 
-Shapes: D hashed features, T offered-tool slots (15: the largest toolset), S seeds, B decisions.
+Shapes: D hashed features, T offered-tool slots (15: the largest toolset), M stacked models,
+B decisions.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,12 +32,13 @@ import numpy as np
 import optax
 
 from jaxpapers.benchmarks.dive.synth import answer_text
-from jaxpapers.benchmarks.dive.worlds import call_tool, domain_tools, make_world, registry
+from jaxpapers.benchmarks.dive.worlds import (call_tool, domain_tools, dumps, make_world,
+                                              registry)
 from jaxpapers.core import train
 
-__all__ = ["DIM", "MAX_TOOLS", "tokens", "embed", "decisions", "init_params", "logits",
-           "loss_fn", "train_policy", "fill_argument", "rollout", "random_rollout",
-           "parse_seed"]
+__all__ = ["DIM", "MAX_TOOLS", "STOP", "tokens", "embed", "decisions", "init_params", "logits",
+           "loss_fn", "train_policy", "fill_argument", "rollout", "rollout_many",
+           "random_rollout", "parse_seed", "predict", "error_kinds", "ERROR_KINDS"]
 
 DIM = 256
 MAX_TOOLS = 15
@@ -52,12 +60,14 @@ def embed(words: Sequence[str], dim: int = DIM) -> np.ndarray:
 
 def _tool_words(spec) -> list[str]:
     words = tokens(f"{spec.name} {spec.verb} {spec.obj} {spec.description}")
-    words += [f"in_{v['x-type']}" for v in spec.parameters["properties"].values()]
+    props = list(spec.parameters["properties"].values())
+    words.append(f"flow_{props[0]['x-type']}")  # the type its first argument takes
+    words += [f"in_{v['x-type']}" for v in props[1:]]
     return words + [f"out_{spec.returns['x-type']}", f"kind_{spec.kind}"]
 
 
 def _state_words(last_type: str, step: int) -> list[str]:
-    return [f"last_{last_type}", f"step_{step}"]
+    return [f"flow_{last_type}", f"step_{step}"]  # flow_: shared with the tools' first type
 
 
 def decisions(tasks: Sequence[dict], dim: int = DIM) -> dict[str, np.ndarray]:
@@ -91,26 +101,33 @@ def decisions(tasks: Sequence[dict], dim: int = DIM) -> dict[str, np.ndarray]:
 
 
 def init_params(key, *, dim: int = DIM, hidden: int = 64) -> dict:
-    """MLP parameters (unbatched): tool scorer on [q, tool, state], STOP scorer on [q, state]."""
-    k1, k2, k3, k4 = jax.random.split(key, 4)
+    """MLP parameters (unbatched). Tool scorer: one first-layer matrix per input block
+    (``q``, ``t``, ``s``, ``qt``, ``st``: the question, tool and state bags and the two overlap
+    indicators), then ``tool2``; STOP scorer ``stop1`` on ``[q, s]``, then ``stop2``."""
+    keys = jax.random.split(key, 8)
+    fan_in = 5 * dim
 
     def dense(k, n_in, n_out):
         return {"w": jax.random.normal(k, (n_in, n_out)) * jnp.sqrt(2.0 / n_in),
                 "b": jnp.zeros(n_out)}
 
-    return {"tool1": dense(k1, 3 * dim, hidden), "tool2": dense(k2, hidden, 1),
-            "stop1": dense(k3, 2 * dim, hidden), "stop2": dense(k4, hidden, 1)}
+    first = {name: jax.random.normal(k, (dim, hidden)) * jnp.sqrt(2.0 / fan_in)
+             for name, k in zip(("q", "t", "s", "qt", "st"), keys[:5])}
+    return {"tool1": {**first, "b": jnp.zeros(hidden)}, "tool2": dense(keys[5], hidden, 1),
+            "stop1": dense(keys[6], 2 * dim, hidden), "stop2": dense(keys[7], hidden, 1)}
 
 
 def logits(params: dict, q, tools, state, mask) -> jax.Array:
     """Scores [T + 1] of one decision (unbatched): offered tools, then STOP; -inf off the mask.
 
-    q [D], tools [T, D], state [D], mask [T].
+    q [D], tools [T, D], state [D] (bags, >= 0), mask [T] bool.
     """
-    t = tools.shape[0]
-    x = jnp.concatenate([jnp.broadcast_to(q, (t, q.shape[0])), tools,
-                         jnp.broadcast_to(state, (t, state.shape[0]))], axis=-1)
-    h = jax.nn.relu(x @ params["tool1"]["w"] + params["tool1"]["b"])
+    w = params["tool1"]
+    qt = ((q > 0) & (tools > 0)).astype(tools.dtype)       # [T, D] shared question words
+    st = ((state > 0) & (tools > 0)).astype(tools.dtype)   # [T, D] last type == first arg
+    pre = (q @ w["q"] + state @ w["s"] + w["b"])[None, :] + tools @ w["t"] + qt @ w["qt"] \
+        + st @ w["st"]
+    h = jax.nn.relu(pre)
     s_tools = (h @ params["tool2"]["w"] + params["tool2"]["b"])[:, 0]
     hs = jax.nn.relu(jnp.concatenate([q, state]) @ params["stop1"]["w"] + params["stop1"]["b"])
     s_stop = (hs @ params["stop2"]["w"] + params["stop2"]["b"])[0]
@@ -173,12 +190,6 @@ def train_policy(data: dict[str, np.ndarray], key, *, ranges=None, num_seeds: in
     return state.params, hist
 
 
-def random_rollout(task: dict, rng) -> bool:
-    """A uniformly random policy (offered tools and STOP) with the same argument rule."""
-    return _episode(task, lambda n, k, last: (lambda c: STOP if c == n else c)(
-        rng.randrange(n + 1)), STOP)
-
-
 def parse_seed(question: str) -> tuple[str, str] | None:
     """``(type and value words, domain)`` of a synthesised question's first sentence."""
     m = re.match(r"Start from the (.+?) \((\w+)\)\. ", question)
@@ -199,57 +210,155 @@ def fill_argument(schema: dict, name: str, question: str, world):
     return None
 
 
-def _episode(task: dict, choose, stop_index: int, *, max_steps: int = 5,
-             sandboxed: bool = False) -> bool:
-    """Run ``choose(n_offered, step) -> slot`` (``stop_index``: STOP) from the seed."""
-    world = make_world(task["domain"], task["world_seed"])
-    offered = list(task["toolset"])[:MAX_TOOLS]
-    tools = domain_tools(task["domain"])
-    seed = parse_seed(task["question"])
-    if seed is None:
-        return False
-    found = [(t, v) for t, vals in world.lexicon.items() for v in vals
-             if seed[0] == f"{t.replace('_', ' ')} {v}"]
-    if not found:
-        return False
-    last_type, cur = found[0]
-    extra = {"sandboxed": True} if sandboxed else {}
-    for k in range(max_steps + 1):
-        choice = choose(len(offered), k, last_type)
-        if choice == stop_index or choice >= len(offered):
-            return answer_text(cur) == task["answer"]
-        spec = tools[offered[choice]].spec
+class _Episodes:
+    """Lock-step greedy episodes of several policies on one task (shared world and cache).
+
+    ``alive[i]``: episode ``i`` still runs; ``cur[i]`` / ``last[i]``: its current value and
+    type; ``ok[i]``: its final verdict. Identical calls of different episodes run once.
+    """
+
+    def __init__(self, task: dict, n: int, *, sandboxed: bool = False):
+        self.task, self.n = task, n
+        self.world = make_world(task["domain"], task["world_seed"])
+        self.offered = list(task["toolset"])[:MAX_TOOLS]
+        self.tools = domain_tools(task["domain"])
+        self.extra = {"sandboxed": True} if sandboxed else {}
+        self.cache: dict[str, tuple[bool, Any]] = {}
+        self.ok = [False] * n
+        seed = parse_seed(task["question"])
+        found = [] if seed is None else [
+            (t, v) for t, vals in self.world.lexicon.items() for v in vals
+            if seed[0] == f"{t.replace('_', ' ')} {v}"]
+        self.alive = [bool(found)] * n
+        self.last = [found[0][0] if found else ""] * n
+        self.cur: list[Any] = [found[0][1] if found else None] * n
+
+    def step(self, i: int, choice: int) -> None:
+        """Episode ``i`` takes slot ``choice`` (``>= len(offered)``: STOP)."""
+        if choice >= len(self.offered):
+            self.ok[i] = answer_text(self.cur[i]) == self.task["answer"]
+            self.alive[i] = False
+            return
+        spec = self.tools[self.offered[choice]].spec
         props = list(spec.parameters["properties"].items())
-        args = {props[0][0]: cur}
+        args = {props[0][0]: self.cur[i]}
         for arg_name, schema in props[1:]:
-            value = fill_argument(schema, arg_name, task["question"], world)
+            value = fill_argument(schema, arg_name, self.task["question"], self.world)
             if value is None:
-                return False
+                self.alive[i] = False
+                return
             args[arg_name] = value
-        ok, cur = call_tool(world, spec.name, args, **extra)
-        if not ok:
-            return False
-        last_type = spec.returns["x-type"]
-    return False
+        key = dumps([spec.name, args])
+        if key not in self.cache:
+            self.cache[key] = call_tool(self.world, spec.name, args, **self.extra)
+        good, out = self.cache[key]
+        if not good:
+            self.alive[i] = False
+            return
+        self.cur[i], self.last[i] = out, spec.returns["x-type"]
+
+
+def random_rollout(task: dict, rng, *, max_steps: int = 5) -> bool:
+    """A uniformly random policy (offered tools and STOP) with the same argument rule."""
+    ep = _Episodes(task, 1)
+    for _ in range(max_steps + 1):
+        if not ep.alive[0]:
+            break
+        ep.step(0, rng.randrange(len(ep.offered) + 1))
+    return ep.ok[0]
+
+
+def _task_arrays(task: dict, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    tools = domain_tools(task["domain"])
+    tool_vecs = np.zeros((MAX_TOOLS, dim), np.float32)
+    mask = np.zeros(MAX_TOOLS, bool)
+    for i, name in enumerate(list(task["toolset"])[:MAX_TOOLS]):
+        tool_vecs[i] = embed(_tool_words(tools[name].spec), dim)
+        mask[i] = True
+    return embed(tokens(task["question"]), dim), tool_vecs, mask
+
+
+def rollout_many(params: dict, task: dict, *, max_steps: int = 5,
+                 sandboxed: bool = False) -> np.ndarray:
+    """Greedy episodes of M stacked policies (params [M, ...]) on ``task``: bool [M], True
+    where the episode ends (STOP) on the answer within ``max_steps`` calls. One jitted scorer
+    call per step for all M; a failed call or an argument the rule cannot fill ends it."""
+    m = int(jax.tree.leaves(params)[0].shape[0])
+    dim = params["stop1"]["w"].shape[1] // 2
+    q, tool_vecs, mask = _task_arrays(task, dim)
+    ep = _Episodes(task, m, sandboxed=sandboxed)
+    for k in range(max_steps + 1):
+        live = [i for i in range(m) if ep.alive[i]]
+        if not live:
+            break
+        states = np.stack([embed(_state_words(ep.last[i], k), dim) for i in range(m)])
+        lg = np.asarray(_many_logits(params, q, tool_vecs, states, mask))
+        for i in live:
+            ep.step(i, int(np.argmax(lg[i])))
+    return np.asarray(ep.ok)
 
 
 def rollout(params: dict, task: dict, *, max_steps: int = 5, sandboxed: bool = False) -> bool:
     """Greedy episode of one (unbatched) policy on ``task``; True iff it ends on the answer."""
-    tools = domain_tools(task["domain"])
-    offered = list(task["toolset"])[:MAX_TOOLS]
-    dim = params["tool1"]["w"].shape[0] // 3
-    tool_vecs = np.zeros((MAX_TOOLS, dim), np.float32)
-    mask = np.zeros(MAX_TOOLS, bool)
-    for i, name in enumerate(offered):
-        tool_vecs[i] = embed(_tool_words(tools[name].spec), dim)
-        mask[i] = True
-    q = embed(tokens(task["question"]), dim)
-
-    def choose(n, k, last_type):
-        lg = _logits_jit(params, q, tool_vecs, embed(_state_words(last_type, k), dim), mask)
-        return int(np.argmax(np.asarray(lg)))
-
-    return _episode(task, choose, STOP, max_steps=max_steps, sandboxed=sandboxed)
+    return bool(rollout_many(jax.tree.map(lambda x: x[None], params), task,
+                             max_steps=max_steps, sandboxed=sandboxed)[0])
 
 
-_logits_jit = jax.jit(logits)
+_many_logits = jax.jit(jax.vmap(logits, in_axes=(0, None, None, 0, None)))
+_batch_logits = jax.jit(jax.vmap(jax.vmap(logits, in_axes=(None, 0, 0, 0, 0)),
+                                 in_axes=(0, None, None, None, None)))
+
+
+def predict(params: dict, data: dict[str, np.ndarray], *, chunk: int = 4096) -> np.ndarray:
+    """Teacher-forced greedy choices of M stacked policies on every decision of ``data``
+    (from :func:`decisions`): int [M, B] (a slot, or ``STOP``)."""
+    out = []
+    for a in range(0, int(data["label"].shape[0]), chunk):
+        lg = _batch_logits(params, *(data[k][a:a + chunk] for k in ("q", "tools", "state",
+                                                                    "mask")))
+        out.append(np.asarray(jnp.argmax(lg, axis=-1)))
+    return np.concatenate(out, axis=1)
+
+
+ERROR_KINDS = ("correct", "stop_early", "no_stop", "type_mismatch", "other_step", "wrong_tool")
+
+
+def error_kinds(tasks: Sequence[dict], choices: np.ndarray) -> list[dict]:
+    """Classify teacher-forced choices (one row of :func:`predict` on ``decisions(tasks)``).
+
+    Per decision: ``task`` index, ``step``, ``gold`` (tool name or ``"STOP"``) and ``kind``:
+    ``correct``; ``stop_early`` (STOP before the program ends); ``no_stop`` (a tool after
+    it); ``type_mismatch`` (a tool whose first argument type is not the last output's);
+    ``other_step`` (a tool of another step of the program: order confused); ``wrong_tool``
+    (any other type-correct tool).
+    """
+    reg = registry()
+    want = sum(len(t["program"]) + 1 for t in tasks)
+    if len(choices) != want:
+        raise ValueError(f"choices has {len(choices)} decisions, the tasks have {want}")
+    rows, b = [], 0
+    for ti, task in enumerate(tasks):
+        offered = list(task["toolset"])[:MAX_TOOLS]
+        program = [c["tool"] for c in task["program"]]
+        last = task["seed_entity"]["type"]
+        for k in range(len(program) + 1):
+            gold = program[k] if k < len(program) else "STOP"
+            c = int(choices[b])
+            b += 1
+            pick = offered[c] if c < len(offered) else "STOP"
+            if pick == gold:
+                kind = "correct"
+            elif pick == "STOP":
+                kind = "stop_early"
+            elif gold == "STOP":
+                kind = "no_stop"
+            elif next(iter(reg[pick].spec.parameters["properties"].values()))["x-type"] != last:
+                kind = "type_mismatch"
+            elif pick in program:
+                kind = "other_step"
+            else:
+                kind = "wrong_tool"
+            rows.append({"task": ti, "step": k, "gold": gold, "kind": kind})
+            if k < len(program):
+                last = reg[program[k]].spec.returns["x-type"]
+    return rows

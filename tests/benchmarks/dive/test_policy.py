@@ -52,7 +52,7 @@ def test_stacked_training_equals_separate_runs(data):
     chex.assert_trees_all_close(jax.tree.map(lambda x: x[0], both),
                                 jax.tree.map(lambda x: x[0], alone), rtol=1e-5, atol=1e-6)
     # and the models differ from each other (own seeds and data)
-    assert not np.allclose(both["tool1"]["w"][0], both["tool1"]["w"][1])
+    assert not np.allclose(both["tool1"]["q"][0], both["tool1"]["q"][1])
 
 
 def test_training_lowers_the_loss_and_compiles_once(data):
@@ -71,3 +71,46 @@ def test_bad_ranges(data):
     _, d = data
     with pytest.raises(ValueError, match="ranges"):
         pol.train_policy(d, jax.random.key(0), ranges=[(0, 0)], steps=1)
+
+
+def test_overlap_features_count_shared_buckets(data):
+    """With only the overlap weights set (to 1), a tool's score is the number of hashed buckets
+    its spec shares with the question plus those it shares with the state: the terms that let
+    a policy match question words to a tool it never saw in training."""
+    tasks, _ = data
+    d = pol.decisions(tasks[:3], dim=pol.DIM)
+    params = jax.tree.map(jnp.zeros_like, pol.init_params(jax.random.key(0), hidden=1))
+    for name in ("qt", "st"):
+        params["tool1"][name] = jnp.ones_like(params["tool1"][name])
+    params["tool2"]["w"] = jnp.ones_like(params["tool2"]["w"])
+    for i in range(d["label"].shape[0]):
+        q, tools, state, mask = (d[k][i] for k in ("q", "tools", "state", "mask"))
+        lg = np.asarray(pol.logits(params, q, tools, state, mask))
+        want = ((q > 0) & (tools > 0)).sum(1) + ((state > 0) & (tools > 0)).sum(1)
+        np.testing.assert_array_equal(lg[:-1][mask], want[mask])
+        assert np.all(np.isneginf(lg[:-1][~mask]))
+    # the flow token: the state's last type is shared with tools taking it first
+    spec = pol.registry()[tasks[0]["program"][0]["tool"]].spec
+    first = next(iter(spec.parameters["properties"].values()))["x-type"]
+    assert f"flow_{first}" in pol._tool_words(spec)
+    assert f"flow_{first}" in pol._state_words(first, 0)
+
+
+def test_rollout_many_equals_single_rollouts_and_error_kinds(data):
+    tasks, d = data
+    params, _ = pol.train_policy(d, jax.random.key(7), num_seeds=3, steps=30, batch_size=16,
+                                 hidden=8)
+    for task in tasks[:6]:
+        many = pol.rollout_many(params, task)
+        single = [pol.rollout(jax.tree.map(lambda x, i=i: x[i], params), task)
+                  for i in range(3)]
+        assert many.tolist() == single
+    choices = pol.predict(params, d)
+    assert choices.shape == (3, d["label"].shape[0])
+    rows = pol.error_kinds(tasks, choices[0])
+    assert [r["kind"] == "correct" for r in rows] == (choices[0] == d["label"]).tolist()
+    assert {r["kind"] for r in rows} <= set(pol.ERROR_KINDS)
+    gold = [r["gold"] for r in rows]
+    assert gold.count("STOP") == len(tasks)
+    with pytest.raises(ValueError, match="choices"):
+        pol.error_kinds(tasks, choices[0][:-1])

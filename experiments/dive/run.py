@@ -81,6 +81,7 @@ def run(config: Config, key) -> dict[str, Any]:
         "fixed/unique_call_sequences": fixed_div["unique_call_sequences"],
         "fixed/tools_covered_frac": fixed_div["tools_covered_frac"],
     }
+    # wall-clock: metrics.json's "timings" (the core keeps times out of "metrics")
     timings["synth/seconds_per_1000"] = 1000 * timings["synth_s"] / cfg.n_synth
     # 2. diversity vs quantity
     train_tools, held = heldout_split(cfg.heldout_fraction, seed=seed)

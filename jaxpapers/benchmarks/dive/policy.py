@@ -11,9 +11,10 @@ sides); STOP by an MLP on ``[q, s]``. Without the overlap terms a concatenation 
 every (question word, tool word) pair from data and does not transfer to held-out tools (see
 ``experiments/dive/README.md``). Training is cross-entropy on the steps of verified programs
 with :func:`jaxpapers.core.train.fit`; many policies are trained at once (parameters stacked on
-a leading axis, one jitted program). Rollouts are greedy: the chosen tool's first argument is
-the previous output (the seed at first), every other argument follows one fixed type rule
-(:func:`fill_argument`); a rollout succeeds iff its final output is the task's answer.
+a leading axis, one jitted program). Rollouts are greedy; the chosen tool's arguments follow
+one fixed rule reading the current step's clause of the question (:func:`step_arguments`: what
+the step applies to, joined step results, named constants); a rollout succeeds iff it stops on
+the task's answer.
 
 Shapes: D hashed features, T offered-tool slots (15: the largest toolset), M stacked models,
 B decisions.
@@ -32,13 +33,15 @@ import numpy as np
 import optax
 
 from jaxpapers.benchmarks.dive.synth import answer_text
+from jaxpapers.benchmarks.dive.verify import _TARGET, _parse_steps, _source
 from jaxpapers.benchmarks.dive.worlds import (call_tool, domain_tools, dumps, make_world,
                                               registry)
 from jaxpapers.core import train
 
 __all__ = ["DIM", "MAX_TOOLS", "STOP", "tokens", "embed", "decisions", "init_params", "logits",
            "loss_fn", "train_policy", "fill_argument", "rollout", "rollout_many",
-           "random_rollout", "parse_seed", "predict", "error_kinds", "ERROR_KINDS"]
+           "random_rollout", "parse_seed", "predict", "error_kinds", "ERROR_KINDS",
+           "step_arguments"]
 
 DIM = 256
 MAX_TOOLS = 15
@@ -196,15 +199,15 @@ def parse_seed(question: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2)) if m else None
 
 
-def fill_argument(schema: dict, name: str, question: str, world):
-    """The fixed type rule for arguments after the first: the longest lexicon value of the
-    argument's type that the question names; for an integer without a lexicon, the integer
-    after the argument's name in the question; else None (the call is not made)."""
-    values = [v for v in world.lexicon.get(schema["x-type"], ()) if str(v) in question]
+def fill_argument(schema: dict, name: str, text: str, world):
+    """The fixed type rule for a named constant: the longest lexicon value of the argument's
+    type that ``text`` (a step's clause) names; for an integer without a lexicon, the integer
+    after the argument's name; else None (the call is not made)."""
+    values = [v for v in world.lexicon.get(schema["x-type"], ()) if str(v) in text]
     if values:
         return sorted(values, key=lambda v: (-len(str(v)), str(v)))[0]
     if schema["type"] == "integer":
-        m = re.search(re.escape(name.replace("_", " ")) + r" (-?\d+)", question)
+        m = re.search(re.escape(name.replace("_", " ")) + r" (-?\d+)", text)
         if m:
             return int(m.group(1))
     return None
@@ -213,8 +216,10 @@ def fill_argument(schema: dict, name: str, question: str, world):
 class _Episodes:
     """Lock-step greedy episodes of several policies on one task (shared world and cache).
 
-    ``alive[i]``: episode ``i`` still runs; ``cur[i]`` / ``last[i]``: its current value and
-    type; ``ok[i]``: its final verdict. Identical calls of different episodes run once.
+    ``alive[i]``: episode ``i`` still runs; ``outs[i]``: its outputs so far; ``last[i]``: the
+    type of its last output; ``ok[i]``: its final verdict. Identical calls of different
+    episodes run once. Arguments follow one fixed rule reading the question's clause for the
+    current step (:func:`step_arguments`).
     """
 
     def __init__(self, task: dict, n: int, *, sandboxed: bool = False):
@@ -225,29 +230,31 @@ class _Episodes:
         self.extra = {"sandboxed": True} if sandboxed else {}
         self.cache: dict[str, tuple[bool, Any]] = {}
         self.ok = [False] * n
+        parsed = _parse_steps(task["question"])
+        self.clauses = parsed[2] if parsed else []
         seed = parse_seed(task["question"])
         found = [] if seed is None else [
             (t, v) for t, vals in self.world.lexicon.items() for v in vals
             if seed[0] == f"{t.replace('_', ' ')} {v}"]
-        self.alive = [bool(found)] * n
+        self.seed = found[0][1] if found else None
+        self.alive = [bool(found) and bool(self.clauses)] * n
         self.last = [found[0][0] if found else ""] * n
-        self.cur: list[Any] = [found[0][1] if found else None] * n
+        self.outs: list[list[Any]] = [[] for _ in range(n)]
 
     def step(self, i: int, choice: int) -> None:
         """Episode ``i`` takes slot ``choice`` (``>= len(offered)``: STOP)."""
+        outs = self.outs[i]
         if choice >= len(self.offered):
-            self.ok[i] = answer_text(self.cur[i]) == self.task["answer"]
+            self.ok[i] = bool(outs) and answer_text(outs[-1]) == self.task["answer"]
             self.alive[i] = False
             return
+        k = len(outs)
         spec = self.tools[self.offered[choice]].spec
-        props = list(spec.parameters["properties"].items())
-        args = {props[0][0]: self.cur[i]}
-        for arg_name, schema in props[1:]:
-            value = fill_argument(schema, arg_name, self.task["question"], self.world)
-            if value is None:
-                self.alive[i] = False
-                return
-            args[arg_name] = value
+        args = None if k >= len(self.clauses) else step_arguments(
+            spec, self.clauses[k], k, self.seed, outs, self.world)
+        if args is None:
+            self.alive[i] = False
+            return
         key = dumps([spec.name, args])
         if key not in self.cache:
             self.cache[key] = call_tool(self.world, spec.name, args, **self.extra)
@@ -255,10 +262,38 @@ class _Episodes:
         if not good:
             self.alive[i] = False
             return
-        self.cur[i], self.last[i] = out, spec.returns["x-type"]
+        outs.append(out)
+        self.last[i] = spec.returns["x-type"]
 
 
-def random_rollout(task: dict, rng, *, max_steps: int = 5) -> bool:
+def step_arguments(spec, clause: str, index: int, seed, outputs: list, world) -> dict | None:
+    """The fixed argument rule of rollouts, reading only step ``index``'s clause: the first
+    argument is what the clause applies it to ("that" / "the start value": the seed, "it": the
+    previous output, "the result of step k": output k); a later argument is output k where the
+    clause says "<name> the result of step k", else :func:`fill_argument`. None when the rule
+    finds nothing (the call is not made)."""
+    props = list(spec.parameters["properties"].items())
+    m = re.search(r" for " + _TARGET, clause)
+    source = _source(m.group(1), index) if m else None
+    if source is None:
+        return None
+    args = {props[0][0]: seed if source == "seed" else outputs[source - 1]}
+    for name, schema in props[1:]:
+        ref = re.search(re.escape(name.replace("_", " ")) + r" the result of step (\d+)", clause)
+        if ref:
+            j = int(ref.group(1))
+            if not 1 <= j <= len(outputs):
+                return None
+            args[name] = outputs[j - 1]
+            continue
+        value = fill_argument(schema, name, clause, world)
+        if value is None:
+            return None
+        args[name] = value
+    return args
+
+
+def random_rollout(task: dict, rng, *, max_steps: int = 8) -> bool:
     """A uniformly random policy (offered tools and STOP) with the same argument rule."""
     ep = _Episodes(task, 1)
     for _ in range(max_steps + 1):
@@ -278,7 +313,7 @@ def _task_arrays(task: dict, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return embed(tokens(task["question"]), dim), tool_vecs, mask
 
 
-def rollout_many(params: dict, task: dict, *, max_steps: int = 5,
+def rollout_many(params: dict, task: dict, *, max_steps: int = 8,
                  sandboxed: bool = False) -> np.ndarray:
     """Greedy episodes of M stacked policies (params [M, ...]) on ``task``: bool [M], True
     where the episode ends (STOP) on the answer within ``max_steps`` calls. One jitted scorer
@@ -298,7 +333,7 @@ def rollout_many(params: dict, task: dict, *, max_steps: int = 5,
     return np.asarray(ep.ok)
 
 
-def rollout(params: dict, task: dict, *, max_steps: int = 5, sandboxed: bool = False) -> bool:
+def rollout(params: dict, task: dict, *, max_steps: int = 8, sandboxed: bool = False) -> bool:
     """Greedy episode of one (unbatched) policy on ``task``; True iff it ends on the answer."""
     return bool(rollout_many(jax.tree.map(lambda x: x[None], params), task,
                              max_steps=max_steps, sandboxed=sandboxed)[0])

@@ -2,11 +2,11 @@
 
 DIVE keeps whatever its LLM wrote as ground truth (a parse failure leaves "Failed to derive
 answer") and never re-runs a tool call. :func:`replay` re-executes a task's program in a fresh
-world built from ``(domain, world_seed)`` and accepts the task only if every call's output and
-the answer are reproduced exactly. :func:`solve` reads only the question, the offered tools'
+world built from ``(domain, world_seed)``, in the sandbox worker, and accepts the task only if
+every call's output and the answer are reproduced exactly. :func:`solve` reads only the question, the offered tools'
 specs and the world's lexicon and runs every composition consistent with the question;
 :func:`solver_verified` accepts a task only if all of them give its answer (the question is
-complete and unambiguous). Running tools in the shared sandbox worker is not built yet.
+complete and unambiguous).
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ import itertools
 import re
 from typing import Any
 
-from jaxpapers.benchmarks.dive.synth import VERB_PHRASES, answer_text
+from jaxpapers.benchmarks.dive.synth import MAX_STEPS, VERB_PHRASES, answer_text
 from jaxpapers.benchmarks.dive.worlds import (DOMAINS, call_tool, canonical, domain_tools,
                                               make_world)
 
-__all__ = ["replay", "check_task", "solve", "solver_verified", "MAX_DEPTH"]
-
-MAX_DEPTH = 4
+__all__ = ["replay", "check_task", "solve", "solver_verified", "MAX_STEPS"]
 
 _KEYS = ("id", "domain", "world_seed", "toolset", "question", "answer", "program")
 
@@ -44,10 +42,14 @@ def check_task(task: Any) -> None:
             raise ValueError(f"task program[{i}].args must be an object")
 
 
-def replay(task: dict) -> bool:
+def replay(task: dict, *, sandboxed: bool = True) -> bool:
     """Re-run ``task``'s program in a fresh world (contract): True iff every call succeeds with
     its recorded output and the last output gives the recorded answer. False on any mismatch,
-    an unknown tool, a dangling or forward reference, or a malformed task."""
+    an unknown tool, a dangling or forward reference, or a malformed task.
+
+    ``sandboxed`` (default): each call runs in the shared sandbox worker
+    (:func:`jaxpapers.core.sandbox.call_function`: time and memory limits, no network, no
+    writes), about 5 ms a task; False runs the registered tools in this process."""
     try:
         check_task(task)
         world = make_world(task["domain"], task["world_seed"])
@@ -65,7 +67,7 @@ def replay(task: dict) -> bool:
                 args[k] = v
         if call["tool"] not in task["toolset"]:
             return False
-        ok, out = call_tool(world, call["tool"], args)
+        ok, out = call_tool(world, call["tool"], args, sandboxed=sandboxed)
         try:
             same = ok and canonical(call["output"]) == out
         except (TypeError, ValueError):
@@ -87,19 +89,40 @@ def _parse_steps(question: str):
     return head, domain, body.split("; then ")
 
 
-def _step_candidates(step: str, specs: list, first: bool):
-    """Tools (and their constant arguments) whose verb paraphrase and object the step states."""
+_TARGET = r"(that|it|the start value|the result of step (\d+))"
+_STEP_REF = re.compile(r"the result of step (\d+)")
+
+
+def _source(target: str, index: int):
+    """What a step's first argument is: ``"seed"`` or a 1-based step number (None: invalid)."""
+    if target == "that":
+        return "seed" if index == 0 else None
+    if target == "it":
+        return index if index > 0 else None
+    if target == "the start value":
+        return "seed" if index > 0 else None
+    k = int(_STEP_REF.fullmatch(target).group(1))
+    return k if 1 <= k <= index else None
+
+
+def _step_candidates(step: str, specs: list, index: int):
+    """``(spec, source, constants)`` for every tool whose verb paraphrase and object step
+    ``index`` (0-based) states: ``source`` is where its first argument comes from (``"seed"`` or
+    a 1-based step), ``constants`` its other arguments (a value, or ``("step", k)``)."""
     out = []
-    target = "that" if first else "it"
+    text = step[:1].lower() + step[1:]
     for spec in specs:
         for phrase in VERB_PHRASES.get(spec.verb, (spec.verb,)):
-            start = f"{phrase} the {spec.obj.replace('_', ' ')} for {target}"
-            if step[:1].lower() + step[1:] != start and not (step[:1].lower() + step[1:]
-                                                            ).startswith(start + " (with "):
+            head = re.escape(f"{phrase} the {spec.obj.replace('_', ' ')} for ")
+            m = re.match(head + _TARGET, text)
+            if m is None:
                 continue
-            rest = step[len(start):]
+            source = _source(m.group(1), index)
+            if source is None:
+                continue
+            rest = text[m.end():]
             props = list(spec.parameters["properties"].items())[1:]
-            consts = {}
+            consts: dict[str, Any] = {}
             if props:
                 pat = (r" \(with " + ", ".join(re.escape(k.replace("_", " ")) + r" (.+?)"
                                                for k, _ in props) + r"\)")
@@ -107,16 +130,22 @@ def _step_candidates(step: str, specs: list, first: bool):
                 if m is None:
                     continue
                 for (k, schema), raw in zip(props, m.groups()):
+                    ref = _STEP_REF.fullmatch(raw)
                     try:
-                        consts[k] = (int(raw) if schema["type"] == "integer" else
+                        consts[k] = (("step", int(ref.group(1))) if ref else
+                                     int(raw) if schema["type"] == "integer" else
                                      float(raw) if schema["type"] == "number" else raw)
                     except ValueError:
                         break
                 else:
-                    out.append((spec, consts))
+                    out.append((spec, source, consts))
             elif rest == "":
-                out.append((spec, consts))
+                out.append((spec, source, consts))
     return out
+
+
+def _key(schema: dict) -> tuple[str, bool]:
+    return schema["x-type"], schema["type"] == "array"
 
 
 def solve(question: str, toolset: list[str], world) -> list[str] | None:
@@ -124,36 +153,47 @@ def solve(question: str, toolset: list[str], world) -> list[str] | None:
 
     Sees only the question, the offered tools' specs and the world's lexicon (the seed must be a
     lexicon value of the stated type); tools run in ``world``. A composition is one candidate
-    tool per step (its verb paraphrase, object and named constants match the step's words), the
-    first taking the seed, each later one the previous output, with matching semantic types, at
-    most ``MAX_DEPTH`` steps. Returns None when the question cannot be read.
+    tool per step (its verb paraphrase, object and named constants match the step's words);
+    each argument is what the step says ("that" / "the start value": the seed, "it": the
+    previous step's output, "the result of step k", a named constant) with matching semantic
+    types; at most ``MAX_STEPS`` steps. Returns None when the question cannot be read.
     """
     parsed = _parse_steps(question)
     if parsed is None:
         return None
     head, domain, steps = parsed
-    if domain != world.domain or not steps or len(steps) > MAX_DEPTH:
+    if domain != world.domain or not steps or len(steps) > MAX_STEPS:
         return None
     seeds = [(t, v) for t, values in world.lexicon.items() for v in values
              if head == f"{t.replace('_', ' ')} {v}"]
     specs = [t.spec for n, t in domain_tools(domain).items() if n in toolset]
-    cands = [_step_candidates(s, specs, i == 0) for i, s in enumerate(steps)]
+    cands = [_step_candidates(s, specs, i) for i, s in enumerate(steps)]
     answers = []
     for xtype, value in seeds:
         for combo in itertools.product(*cands):
-            key, cur, ok = (xtype, False), value, True
-            for spec, consts in combo:
-                first_name, first_schema = next(iter(spec.parameters["properties"].items()))
-                if (first_schema["x-type"], first_schema["type"] == "array") != key:
-                    ok = False
+            outs: list[tuple[tuple[str, bool], Any]] = []  # (key, value) per step
+            seed = ((xtype, False), value)
+            for spec, source, consts in combo:
+                props = list(spec.parameters["properties"].items())
+                key, cur = seed if source == "seed" else outs[source - 1]
+                if _key(props[0][1]) != key:
                     break
-                good, cur = call_tool(world, spec.name, {first_name: cur, **consts})
-                if not good:
-                    ok = False
-                    break
-                key = (spec.returns["x-type"], spec.returns["type"] == "array")
-            if ok:
-                answers.append(answer_text(cur))
+                args = {props[0][0]: cur}
+                for (k, schema) in props[1:]:
+                    v = consts[k]
+                    if isinstance(v, tuple):
+                        if v[1] > len(outs) or outs[v[1] - 1][0] != _key(schema):
+                            break
+                        v = outs[v[1] - 1][1]
+                    args[k] = v
+                else:
+                    good, out = call_tool(world, spec.name, args)
+                    if good:
+                        outs.append((_key(spec.returns), out))
+                        continue
+                break
+            else:
+                answers.append(answer_text(outs[-1][1]))
     return answers
 
 

@@ -184,8 +184,8 @@ _EXPLORER_PROMPT = (
     "You collect evidence for a tool-use task in the {domain} domain. Start from the {xtype} "
     "{value!r}. Call the offered tools to learn facts about it: the first argument of every "
     "call must be that starting value or the exact output of an earlier call; other arguments "
-    "are constants, or such values where no constant fits. Round {round} of {rounds}: make up to {calls} calls{deepen}, then call "
-    "{done}.")
+    "are constants, or such values where no constant fits. Round {round} of {rounds}: make "
+    "up to {calls} calls{deepen}, then call {done}.")
 
 
 class LLMExplorer:

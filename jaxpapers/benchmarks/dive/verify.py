@@ -3,10 +3,10 @@
 DIVE keeps whatever its LLM wrote as ground truth (a parse failure leaves "Failed to derive
 answer") and never re-runs a tool call. :func:`replay` re-executes a task's program in a fresh
 world built from ``(domain, world_seed)``, in the sandbox worker, and accepts the task only if
-every call's output and the answer are reproduced exactly. :func:`solve` reads only the question, the offered tools'
-specs and the world's lexicon and runs every composition consistent with the question;
-:func:`solver_verified` accepts a task only if all of them give its answer (the question is
-complete and unambiguous).
+every call's output and the answer are reproduced exactly. :func:`solve` reads only the
+question, the offered tools' specs and the world's lexicon and runs every composition
+consistent with the question; :func:`solver_verified` accepts a task only if all of them give
+its answer (the question is complete and unambiguous).
 """
 
 from __future__ import annotations

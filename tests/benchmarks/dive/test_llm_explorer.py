@@ -39,8 +39,9 @@ class Scripted:
 
 def _resolved(trace, short=False):
     out = {c["id"]: c["output"] for c in trace}
-    return [(c["tool"].split(".", 1)[1] if short else c["tool"], {k: out[v["ref"]] if isinstance(v, dict) else v
-                         for k, v in c["args"].items()}) for c in trace]
+    return [(c["tool"].split(".", 1)[1] if short else c["tool"],
+             {k: out[v["ref"]] if isinstance(v, dict) else v for k, v in c["args"].items()})
+            for c in trace]
 
 
 def _script(trace, per_round=5):

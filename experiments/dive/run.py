@@ -212,6 +212,14 @@ def _summarise(cfg, m, div, fixed_div, success, timings) -> dict[str, Any]:
               "Success (rollout reproduces the answer), mean over seeds (+- SE)\n\n"
               + markdown_table(["arm", "training tasks", "held-out tools", "in-distribution"],
                                gen_rows)]
+    kinds = ["heldout_step_acc", "seen_step_acc", "stop_acc", *pol.ERROR_KINDS[1:]]
+    tables.append(
+        "Failing steps on the held-out-tool tasks (teacher-forced decisions, mean over seeds): "
+        "accuracy where the gold tool is held out / a training tool / STOP, then each error "
+        "kind as a fraction of all decisions\n\n"
+        + markdown_table(["arm", *kinds],
+                         [[name, *(f"{m[f'fail/{name}/{k}']:.3f}" for k in kinds)]
+                          for name in ("diverse_quarter", "narrow_full")]))
     ok_synth = (m["tools/total"] >= 100 and div["unique_toolsets"] >= 0.99 * m["synth/tasks"]
                 and div["unique_call_graphs"] >= 0.4 * m["synth/tasks"]
                 and div["unique_call_graphs"] > fixed_div["unique_call_graphs"]

@@ -3,14 +3,11 @@
 import datetime
 import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from jaxpapers.benchmarks.dive.worlds import World, call_tool, domain_tools, dumps, make_world
+from jaxpapers.benchmarks.dive.worlds import World, call_tool, domain_tools, make_world
 
 DATES = ["2026-01-05", "2026-01-06", "2026-01-07", "2026-01-08", "2026-01-09"]
 A, B, G = "600001.SH", "000002.SZ", "300003.SZ"
@@ -256,21 +253,6 @@ def test_every_tool_has_a_known_output_test():
     assert names <= tested, sorted(names - tested)
 
 
-def test_words_and_types_chain():
-    tools = domain_tools("finance")
-    world = make_world("finance", 0)
-    produced = {t.spec.return_type for t in tools.values()}
-    for name, t in tools.items():
-        assert name == f"finance.{t.spec.verb}_{t.spec.obj}"
-        for k, xt in t.spec.arg_types().items():
-            assert xt in world.lexicon or xt in produced, (name, k, xt)
-    for attr in ("verb", "obj"):
-        words = [getattr(t.spec, attr) for t in tools.values()]
-        assert all(words.count(w) >= 2 for w in words), (attr, sorted(words))
-    kinds = {t.spec.kind for t in tools.values()}
-    assert kinds == {"R", "P"}
-
-
 def test_world_contents():
     w = make_world("finance", 0)
     dates, tickers = w.data["dates"], w.data["tickers"]
@@ -301,15 +283,3 @@ def test_tools_run_on_a_built_world():
         good, peak = call_tool(w, "finance.find_peak", {"ticker": ticker})
         assert good and call_tool(w, "finance.get_close", {"ticker": ticker, "date": peak})[1] \
             == max(series)
-
-
-def test_world_determinism():
-    assert make_world("finance", 3) == make_world("finance", 3)
-    assert make_world("finance", 4).data != make_world("finance", 3).data
-    code = ("from jaxpapers.benchmarks.dive.worlds import make_world, dumps; "
-            "w = make_world('finance', 3); print(dumps([w.data, w.lexicon]))")
-    env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.strip()
-    w = make_world("finance", 3)
-    assert out == dumps([w.data, {k: list(v) for k, v in w.lexicon.items()}])

@@ -58,6 +58,9 @@ def _build_parser() -> argparse.ArgumentParser:
                          "some papers accept extra named configs (their README lists them)")
     rp.add_argument("--out", default="results", metavar="DIR", help="output folder (default: results)")
     rp.add_argument("--seed", default=0, type=int, metavar="N", help="integer seed (default: 0)")
+    rp.add_argument("--jobs", default="1", metavar="N",
+                    help="papers run at once, each in a fresh process (default 1: one after "
+                         "another in this process); results do not depend on it")
     bp = sub.add_parser("bench", help="time a Pallas kernel against its jnp reference")
     bp.add_argument("kernel", help="kernel name (see 'jaxpapers bench --list')", nargs="?")
     bp.add_argument("--list", action="store_true", help="list the kernels that can be benchmarked")
@@ -155,8 +158,41 @@ def _check_extra_scale(pids: list[str], scale: str) -> None:
                               f"got {scale!r}")
 
 
+def _reproduce_one(pid: str, scale: str, out: str, seed: int) -> dict:
+    """One paper's reproduction; never raises (a worker process's task under ``--jobs``)."""
+    from jaxpapers.core.reproduce import reproduce
+
+    t0 = time.perf_counter()
+    try:
+        res = reproduce(pid, scale=scale, out_dir=pathlib.Path(out), seed=seed)
+    except Exception as e:  # reported, and the other papers go on
+        return {"pid": pid, "ok": False, "seconds": time.perf_counter() - t0,
+                "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+    return {"pid": pid, "ok": True, "seconds": res.wall_time_s, "claims": res.claims,
+            "out_dir": str(res.out_dir)}
+
+
+def _run_papers(pids: list[str], args, jobs: int):
+    """Yields each paper's :func:`_reproduce_one` result as it finishes."""
+    if jobs == 1 or len(pids) == 1:
+        for pid in pids:
+            yield _reproduce_one(pid, args.scale, args.out, args.seed)
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    # a fresh spawned process per paper: no state shared between papers, memory given back
+    with concurrent.futures.ProcessPoolExecutor(
+            max_workers=min(jobs, len(pids)), mp_context=multiprocessing.get_context("spawn"),
+            max_tasks_per_child=1) as ex:
+        futures = [ex.submit(_reproduce_one, pid, args.scale, args.out, args.seed)
+                   for pid in pids]
+        for f in concurrent.futures.as_completed(futures):
+            yield f.result()
+
+
 def _cmd_reproduce(args) -> int:
-    from jaxpapers.core.reproduce import SCALES, reproduce
+    from jaxpapers.core.reproduce import SCALES
     from jaxpapers.core.report import claims_table, console_table
 
     pids = _resolve_ids(args.ids)
@@ -164,34 +200,33 @@ def _cmd_reproduce(args) -> int:
         raise _UsageError("no implemented papers to reproduce")
     if args.scale not in SCALES:
         _check_extra_scale(pids, args.scale)
+    jobs = _positive(args.jobs, "--jobs")
     out = pathlib.Path(args.out)
     _check_writable(out)
     from tqdm.auto import tqdm
 
-    summary, failed = [], 0
-    bar = tqdm(pids, desc="papers", unit="paper", disable=None)
-    for pid in bar:
-        bar.set_postfix_str(pid)
-        t0 = time.perf_counter()
-        try:
-            res = reproduce(pid, scale=args.scale, out_dir=out, seed=args.seed)
-        except Exception as e:  # report and go on with the next paper
+    rows, failed = {}, 0
+    bar = tqdm(total=len(pids), desc="papers", unit="paper", disable=None)
+    for r in _run_papers(pids, args, jobs):
+        pid = r["pid"]
+        bar.update(1)
+        if not r["ok"]:  # report and go on with the next paper
             failed += 1
-            tqdm.write(f"[{pid}] FAILED after {time.perf_counter() - t0:.1f} s: "
-                       f"{type(e).__name__}: {e}")
+            tqdm.write(f"[{pid}] FAILED after {r['seconds']:.1f} s: {r['error']}")
             if os.environ.get("JAXPAPERS_DEBUG"):
-                traceback.print_exc()
-            summary.append((pid, "failed", f"{time.perf_counter() - t0:.1f}", "-", "-"))
+                tqdm.write(r["traceback"])
+            rows[pid] = (pid, "failed", f"{r['seconds']:.1f}", "-", "-")
             continue
-        tqdm.write(f"\n== {pid} ({args.scale}, seed {args.seed}): {res.wall_time_s:.1f} s ==")
-        tqdm.write(claims_table(res.claims))
-        tqdm.write(f"report: {res.out_dir / 'report.md'}")
-        n_rep = sum(c["verdict"] == "reproduced" for c in res.claims)
-        summary.append((pid, "ok", f"{res.wall_time_s:.1f}", f"{n_rep}/{len(res.claims)}",
-                        str(res.out_dir)))
+        tqdm.write(f"\n== {pid} ({args.scale}, seed {args.seed}): {r['seconds']:.1f} s ==")
+        tqdm.write(claims_table(r["claims"]))
+        tqdm.write(f"report: {pathlib.Path(r['out_dir']) / 'report.md'}")
+        n_rep = sum(c["verdict"] == "reproduced" for c in r["claims"])
+        rows[pid] = (pid, "ok", f"{r['seconds']:.1f}", f"{n_rep}/{len(r['claims'])}",
+                     r["out_dir"])
     bar.close()
     print("\nSummary")
-    print(console_table(summary, ("paper", "run", "seconds", "claims reproduced", "output")))
+    print(console_table([rows[p] for p in pids],
+                        ("paper", "run", "seconds", "claims reproduced", "output")))
     return 1 if failed else 0
 
 

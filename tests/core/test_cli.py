@@ -38,6 +38,8 @@ def test_list_json_has_all_papers(capsys):
     (["reproduce", "all", "--scale", "huge"], "--scale must be one of"),
     (["reproduce", "all", NOT_STARTED], "'all' cannot be combined"),
     (["reproduce", "--seed", "x", "all"], "invalid int value"),
+    (["reproduce", "all", "--jobs", "0"], "--jobs must be an integer > 0"),
+    (["reproduce", "all", "--jobs", "two"], "--jobs must be an integer > 0"),
     (["bench", "no_such_kernel"], "unknown kernel 'no_such_kernel'"),
     (["frobnicate"], "invalid choice"),
 ])

@@ -37,7 +37,7 @@ class Config:
     num_seeds: int = 1
     bio_leaves: int = 50
     bio_rcs: tuple[int, ...] = (2, 5, 10, 25)
-    bio_items: int = 20
+    bio_items: int = 12
     bio_sites: int = 300
     jc_sites: int = 100_000
     chem_items: int = 200

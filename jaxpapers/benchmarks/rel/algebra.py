@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -54,13 +55,25 @@ def _subsets(n: int, k: int) -> np.ndarray:
     return mask
 
 
-def _pool_size(num: int, rows: int, cols: int, modulus: int) -> int:
-    """Candidates drawn per rejection round: enough for every instance at the worst k's pass
-    rate, (1 - P^-(R-1))^(other k-subsets), so that one compiled program serves every k."""
-    n_other = max(len(list(itertools.combinations(range(cols - 1), j))) - 1
-                  for j in range(1, cols))
-    rate = max((1.0 - float(modulus) ** -(rows - 1)) ** n_other, 1e-4)
-    return int(min(1.3 * num / rate + 64, 2_000_000))
+def _pass_rate(rows: int, subsets: int, modulus: int) -> float:
+    """Chance that none of ``subsets - 1`` other subsets fits the R - 1 complete rows."""
+    return (1.0 - float(modulus) ** -(rows - 1)) ** max(subsets - 1, 0)
+
+
+_POOL_ELEMENTS = 50_000_000  # pool x subsets kept below this (memory of one rejection round)
+
+
+def _plan(num: int, k: int, rows: int, cols: int, modulus: int) -> tuple[int, int]:
+    """``(pool, width)`` of the rejection rounds: sized for the worst k of the grid, so one
+    compiled program serves every k, unless that is too large; then sized for this k."""
+    width_k = math.comb(cols - 1, k)
+    worst = max(range(1, cols), key=lambda j: math.comb(cols - 1, j))
+    width_w = math.comb(cols - 1, worst)
+    pool_w = int(1.3 * num / max(_pass_rate(rows, width_w, modulus), 1e-9) + 64)
+    if pool_w * width_w <= _POOL_ELEMENTS:
+        return pool_w, width_w
+    pool_k = int(1.3 * num / _pass_rate(rows, width_k, modulus) + 64)
+    return pool_k, width_k
 
 
 @functools.partial(jax.jit, static_argnames=("num", "rows", "cols", "modulus", "num_choices",
@@ -83,7 +96,7 @@ def _generate(key, operands, others, *, num, rows, cols, modulus, num_choices, u
 
     shape = (num, rows - 1, cols - 1)
     if unique and rows > 1:
-        # rejection sampling from a pool (_pool_size): the i-th instance still without rows
+        # rejection sampling from a pool (_plan): the i-th instance still without rows
         # takes the i-th valid candidate of the round
         def cond(c):
             return ~jnp.all(c[2]) & (c[3] < 1000)
@@ -172,14 +185,21 @@ def generate_rc(key, num: int, *, k: int, rows: int, cols: int, modulus: int = 1
         if int(operands.sum()) != k:
             raise ValueError(f"operands must have exactly k = {k} True entries, got "
                              f"{int(operands.sum())}")
-    width = max(len(list(itertools.combinations(range(cols - 1), j))) for j in range(1, cols))
-    others = np.zeros((width, cols - 1), bool)
-    subs = _subsets(cols - 1, k)
-    others[:len(subs)] = subs
+    if unique and rows > 1:
+        rate = _pass_rate(rows, math.comb(cols - 1, k), modulus)
+        pool, width = _plan(int(num), int(k), int(rows), int(cols), int(modulus))
+        if rate < 1e-3 or pool * width > _POOL_ELEMENTS:
+            raise ValueError(
+                f"unique=True is impractical for k={k} on a {rows} x {cols} grid over Z_{modulus}"
+                f": only {rate:.1e} of draws have no other fitting {k}-subset; use more rows "
+                "or unique=False")
+        others = np.zeros((width, cols - 1), bool)
+        others[:math.comb(cols - 1, k)] = _subsets(cols - 1, k)
+    else:
+        pool, others = 1, np.zeros((1, cols - 1), bool)
     grid, choices, target, answer, bad = _generate(
         k_gen, operands, jnp.asarray(others), num=int(num), rows=int(rows), cols=int(cols),
-        modulus=int(modulus), num_choices=int(num_choices), unique=bool(unique),
-        pool=_pool_size(int(num), int(rows), int(cols), int(modulus)))
+        modulus=int(modulus), num_choices=int(num_choices), unique=bool(unique), pool=pool)
     return {"grid": grid, "choices": choices, "target": target, "operands": operands,
             "answer": answer, "unique": ~bad}
 

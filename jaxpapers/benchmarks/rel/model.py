@@ -129,13 +129,15 @@ def accuracy(params: dict, key, operands, *, rows: int, cols: int, num: int = 40
              modulus: int = 10, num_choices: int = 8, d_model: int = 48,
              n_layers: int = 2) -> np.ndarray:
     """Test accuracy of stacked models (params [M, ...], operands bool [M, C - 1]) on ``num``
-    fresh instances of each model's family (:func:`generate_rc`, unique): float [M]."""
+    fresh instances of each model's family (:func:`generate_rc` with ``unique=False``: a model
+    knows its one rule, and on wide 2-row grids unique instances are too rare to draw):
+    float [M]."""
     config = model_config(modulus, rows, cols, d_model=d_model, n_layers=n_layers)
     ops = np.asarray(operands, bool)
     out = []
     for i, k_i in enumerate(jax.random.split(key, ops.shape[0])):
         d = generate_rc(k_i, num, k=int(ops[i].sum()), rows=rows, cols=cols, modulus=modulus,
-                        num_choices=num_choices, operands=ops[i])
+                        num_choices=num_choices, operands=ops[i], unique=False)
         p = jax.tree.map(lambda x, i=i: x[i], params)
         out.append(float(_accuracy(p, d["grid"], d["choices"], d["target"], config)))
     return np.asarray(out)

@@ -103,7 +103,8 @@ def test_same_key_same_instances_vmap_equals_loop_and_jit():
     (dict(k=2, rows=2, cols=8, modulus=5, num_choices=8), "num_choices"),
     (dict(k=2, rows=2, cols=8, operands=np.ones(7, bool)), "operands"),
     (dict(k=2, rows=2, cols=8, operands=np.ones(6, bool)), "operands"),
-    (dict(k=2, rows=0, cols=8), "rows")])
+    (dict(k=2, rows=0, cols=8), "rows"),
+    (dict(k=2, rows=2, cols=16), "unique=True is impractical")])
 def test_bad_input(kwargs, name):
     with pytest.raises(ValueError, match=name):
         A.generate_rc(jax.random.key(0), 4, **kwargs)

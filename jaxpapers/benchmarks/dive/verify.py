@@ -15,7 +15,7 @@ import itertools
 import re
 from typing import Any
 
-from jaxpapers.benchmarks.dive.synth import MAX_STEPS, VERB_PHRASES, answer_text
+from jaxpapers.benchmarks.dive.synth import MAX_STEPS, VERB_PHRASES, _key, answer_text
 from jaxpapers.benchmarks.dive.worlds import (DOMAINS, call_tool, canonical, domain_tools,
                                               make_world)
 
@@ -142,10 +142,6 @@ def _step_candidates(step: str, specs: list, index: int):
             elif rest == "":
                 out.append((spec, source, consts))
     return out
-
-
-def _key(schema: dict) -> tuple[str, bool]:
-    return schema["x-type"], schema["type"] == "array"
 
 
 def solve(question: str, toolset: list[str], world) -> list[str] | None:

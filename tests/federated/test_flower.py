@@ -86,9 +86,15 @@ def _ray_children() -> list[str]:
     out = []
     for child in psutil.Process().children(recursive=True):
         try:
-            cmd = " ".join(child.cmdline())
+            argv = child.cmdline()
         except psutil.Error:  # exited meanwhile
             continue
+        # a ``python -c SOURCE ARGS`` child is judged by its interpreter only: its source and
+        # arguments are data (a pooled sandbox worker started by another test in this process
+        # carries this process's sys.path in its settings, which can name folders under ray/)
+        if "-c" in argv:
+            argv = argv[:argv.index("-c")]
+        cmd = " ".join(argv)
         # Ray's own processes (raylet, gcs_server, "ray::" workers, files under a ray/ folder);
         # not any command line that merely contains the letters (e.g. "array" in a -c source)
         if re.search(r"(^|[\s/])(ray|raylet|gcs_server)(\s|$|\.py)|ray::|/ray/", cmd):

@@ -21,6 +21,11 @@ class Config:
       bio_leaves, bio_rcs, bio_items, bio_sites: the biology detector sweep (items per RC,
         half "yes"); jc_sites: sites for the JC69 p-distance check.
       chem_items: C1 / C3 items for the reference solvers.
+      llm_items, llm_rows, llm_shots, llm_bio_leaves, llm_max_tokens, llm_cache: the LLM
+        stage, run only when ``JAXPAPERS_LLM_BASE_URL`` is set: items per (family, RC), the RC
+        family's rows (unique instances on llm_rows x cols), in-context examples per prompt
+        (one pass each), B1 tree size, the reply budget, and an optional JSON-lines reply cache
+        (resume; "" for none).
     """
 
     panel_items: int = 125
@@ -41,13 +46,22 @@ class Config:
     bio_sites: int = 300
     jc_sites: int = 100_000
     chem_items: int = 200
+    llm_items: int = 10
+    llm_rows: int = 4
+    llm_shots: tuple[int, ...] = (0, 4)
+    llm_bio_leaves: int = 12
+    llm_max_tokens: int = 4096
+    llm_cache: str = ""
 
     def __post_init__(self):
         for name in ("panel_items", "rc_test", "steps", "batch_size", "num_seeds",
-                     "bio_items", "chem_items"):
+                     "bio_items", "chem_items", "llm_items", "llm_rows", "llm_bio_leaves",
+                     "llm_max_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in self.llm_shots):
+            raise ValueError(f"llm_shots must be ints >= 0, got {self.llm_shots!r}")
         if self.cols < 8:
             raise ValueError(f"cols must be >= 8 (k = 1..7), got {self.cols}")
 
@@ -56,7 +70,7 @@ def tiny() -> Config:
     """Seconds: few items, a few steps (numbers meaningless)."""
     return Config(panel_items=16, rc_test=200, control_cols=(4, 8), steps=10, batch_size=16,
                   d_model=16, bio_leaves=12, bio_rcs=(2, 3), bio_items=4, jc_sites=20_000,
-                  chem_items=20)
+                  chem_items=20, llm_items=2, llm_shots=(0,))
 
 
 def small() -> Config:

@@ -1,5 +1,5 @@
 """REL offline: shortcuts, the RC sweep (bounded solvers and a small transformer), biology and
-chemistry checks. The LLM evaluation needs a model server and is not part of this run.
+chemistry checks; an LLM's accuracy vs RC only when a model server is configured.
 
 ``run(config, key)``:
 
@@ -10,6 +10,9 @@ chemistry checks. The LLM evaluation needs a model server and is not part of thi
    transformer per k (all trained in one program); control: k = 1, 2 on 2 x 4 / 8 / 16 grids.
 3. Biology: JC69 p-distance against theory; our detector's accuracy vs RC.
 4. Chemistry: alkane counts C1..C10, C1 / C3 reference solvers.
+5. LLM (only when ``JAXPAPERS_LLM_BASE_URL`` and ``JAXPAPERS_LLM_MODEL`` are set; otherwise no
+   socket is opened): accuracy vs RC per family (RC family with and without in-context
+   examples, B1, C1, C3) through ``jaxpapers.benchmarks.rel.llm.evaluate``.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import numpy as np
 
 from experiments.rel.config import Config
 from jaxpapers.benchmarks.rel import algebra as A
-from jaxpapers.benchmarks.rel import bio, chem
+from jaxpapers.benchmarks.rel import bio, chem, llm
 from jaxpapers.benchmarks.rel import model as M
+from jaxpapers.agents import OpenAICompatClient
 from jaxpapers.core import plotting, registry as papers
 from jaxpapers.core.report import claim, markdown_table
 from jaxpapers.core.rng import numpy_seed
@@ -126,7 +130,56 @@ def run(config: Config, key) -> dict[str, Any]:
           for i in range(cfg.chem_items)]
     m["reference_acc/c3"] = float(np.mean([chem.solve_c3(x) == x["answer"] for x in c3]))
     timings["chem_s"] = time.perf_counter() - t3
+    # 5. LLM (off unless configured)
+    t4 = time.perf_counter()
+    result = llm_stage(cfg, keys[7])
+    m["llm/enabled"] = float(result is not None)
+    if result is not None:
+        for fam, by_rc in result["accuracy"].items():
+            for rc, a in by_rc.items():
+                m[f"llm/acc/{fam}/rc{rc}"] = a
+        m["llm/num_errors"] = float(result["num_errors"])
+        timings["llm_s"] = time.perf_counter() - t4
     return _summarise(cfg, m, curves, timings)
+
+
+def llm_items(cfg: Config, key) -> list[dict]:
+    """The LLM stage's items: the RC family (k = 1..cols-1 on llm_rows x cols, unique rule, with
+    each of llm_shots in-context examples), B1 at each bio RC (half yes), C1 (n = 5, 10) and C3
+    (C4H10O, C5H12O: RC 7, 14)."""
+    keys = jax.random.split(key, 4)
+    items = []
+    for k in range(1, cfg.cols):
+        kk = jax.random.fold_in(keys[0], k)
+        ops = _ops(cfg.cols, [k])[0]
+        batch = A.generate_rc(kk, cfg.llm_items, k=k, rows=cfg.llm_rows, cols=cfg.cols,
+                              modulus=cfg.modulus, operands=ops)
+        for shots in cfg.llm_shots:
+            examples = None if shots == 0 else A.generate_rc(
+                jax.random.fold_in(kk, 1000 + shots), shots, k=k, rows=cfg.llm_rows,
+                cols=cfg.cols, modulus=cfg.modulus, operands=ops)
+            items += llm.rc_items(batch, modulus=cfg.modulus, examples=examples)
+    b1 = [bio.generate_b1(jax.random.fold_in(keys[1], rc * 1000 + i),
+                          num_leaves=max(cfg.llm_bio_leaves, 2 * rc + 2), rc=rc,
+                          num_sites=cfg.bio_sites, yes=i % 2 == 0)
+          for rc in cfg.bio_rcs for i in range(cfg.llm_items)]
+    items += llm.biology_items(b1)
+    seed = numpy_seed(keys[2])
+    items += llm.chemistry_items([chem.generate_c1(seed + i, n=n) for n in (5, 10)
+                                  for i in range(cfg.llm_items)])
+    items += llm.chemistry_items([chem.generate_c3(seed + i, formula=f, num_given=3)
+                                  for f in ("C4H10O", "C5H12O") for i in range(cfg.llm_items)])
+    return items
+
+
+def llm_stage(cfg: Config, key, client=None) -> dict[str, Any] | None:
+    """Run the LLM stage with ``client`` (default: ``OpenAICompatClient.from_env()``); None,
+    without building items or opening a socket, when no LLM is configured."""
+    client = OpenAICompatClient.from_env() if client is None else client
+    if client is None:
+        return None
+    return llm.evaluate(client, llm_items(cfg, key), cache=cfg.llm_cache or None,
+                        max_tokens=cfg.llm_max_tokens, progress=True)
 
 
 def _summarise(cfg, m, curves, timings) -> dict[str, Any]:
@@ -169,6 +222,21 @@ def _summarise(cfg, m, curves, timings) -> dict[str, Any]:
                          for t in ("a1", "a2", "a3", "a4", "rc", "c1", "c3"))
               and m["chem/alkane_counts_match"] == 1.0),
     ]
+    if m.get("llm/enabled"):
+        fams = sorted({k.split("/")[2] for k in m if k.startswith("llm/acc/")})
+        rc_acc = [m.get(f"llm/acc/rc/rc{k}") for k in ks]
+        if all(a is not None for a in rc_acc):
+            up = max(b - a for a, b in zip(rc_acc, rc_acc[1:]))
+            claims.append(claim(
+                "llm/acc/rc/rc7", rc_acc[-1],
+                paper=papers.paper_says(pid, "accuracy_vs_relational_complexity"),
+                criterion=f"the configured LLM on the {cfg.llm_rows} x {cfg.cols} RC family: "
+                "accuracy at the largest k below k = 1, never up by more than 0.1 from k to "
+                f"k + 1 ({cfg.llm_items} items per k: coarse)",
+                passed=rc_acc[-1] < rc_acc[0] and up <= 0.1,
+                baselines={f"k{k}": a for k, a in zip(ks, rc_acc)}))
+    else:
+        fams = []
     sc_rows = []
     for task in (*A.TASKS, "rc"):
         row = [task]
@@ -189,6 +257,14 @@ def _summarise(cfg, m, curves, timings) -> dict[str, Any]:
         + markdown_table(["rc", "accuracy"], [[rc, f"{m[f'bio/detector_acc/rc{rc}']:.2f}"]
                                               for rc in cfg.bio_rcs]),
     ]
+    if fams:
+        rcs = sorted({int(k.rsplit("/rc", 1)[1]) for k in m if k.startswith("llm/acc/")})
+        tables.append("LLM accuracy by family and RC (family@S: S in-context examples; "
+                      f"{int(m['llm/num_errors'])} failed requests count as wrong)\n\n"
+                      + markdown_table(["family", *[f"rc {r}" for r in rcs]], [
+                          [f, *[(f"{m[f'llm/acc/{f}/rc{r}']:.2f}"
+                                 if f"llm/acc/{f}/rc{r}" in m else "") for r in rcs]]
+                          for f in fams]))
     data = {"curves": curves, "ks": ks, "acc": acc,
             "control": {f"{c}/{k}": m[f"algebra/control_acc/cols{c}/k{k}"]
                         for c in cfg.control_cols for k in (1, 2)}}

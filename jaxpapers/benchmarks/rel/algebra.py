@@ -283,9 +283,10 @@ def shortcut_answers(batch: dict, *, modulus: int = 10) -> dict[str, jax.Array]:
 # ------------------------------------------------------------------------- A1-A4 (panels)
 def _answer_panels(rng: np.random.Generator, task: str, n: int, num_panels: int,
                    max_value: int) -> np.ndarray:
-    """One item's context panels and its answer: [K + 1, n, n] float64 (integer values)."""
-    if task == "a1":  # constant: every panel is the same random matrix
-        m = rng.integers(0, max_value, (n, n))
+    """One item's context panels and its answer: [K + 1, n, n] float64 (integer values except
+    A1's uniform floats)."""
+    if task == "a1":  # constant: every panel is the same random (float) matrix; the release's
+        m = rng.uniform(0, max_value, (n, n))  # integer shortcut solves A2-A4 only
         return np.broadcast_to(m, (num_panels + 1, n, n)).astype(np.float64)
     if task == "a2":  # progression: M_k[r][c] = base[r] + (k n + c) delta
         base = rng.integers(0, max_value // 2, n)

@@ -130,7 +130,9 @@ def test_panel_items_and_their_shortcuts(task):
         assert acc["copy"] == 1.0 and acc_ours["copy"] == 1.0  # copying is the rule
     if task != "a1":
         assert acc["integer"] == 1.0
-    assert acc_ours["integer"] <= 1 / 8 + 0.1  # all candidates are integers now
+    else:  # A1 panels are floats, as released: no candidate is integer-valued, pick 0
+        assert acc["integer"] <= 1 / 8 + 0.1
+    assert acc_ours["integer"] <= 1 / 8 + 0.1  # same-distribution candidates
     assert acc_ours["rank"] <= 1 / 8 + 0.1
     with pytest.raises(ValueError, match="task"):
         A.official_items(jax.random.key(0), "a9", 3)

@@ -44,11 +44,17 @@ def _solve_rc_prompt(prompt: str, k: int, modulus: int = 10) -> int:
     return cands.index(value)
 
 
+def _rc(key, k, num=20):
+    """``num`` RC instances on 4 x 8 grids (drawn 20 at a time: one compiled program)."""
+    d = A.generate_rc(key, 20, k=k, rows=4, cols=8)
+    return {n: (v if n == "operands" else v[:num]) for n, v in d.items()}
+
+
 def _items(key=0):
     keys = jax.random.split(jax.random.key(key), 4)
     items = []
     for k in (1, 3):
-        batch = A.generate_rc(jax.random.fold_in(keys[0], k), 3, k=k, rows=4, cols=8)
+        batch = _rc(jax.random.fold_in(keys[0], k), k, num=3)
         items += llm.rc_items(batch)
     items += llm.biology_items([bio.generate_b1(jax.random.fold_in(keys[1], i), num_leaves=8,
                                                 rc=2, num_sites=30, yes=i == 0)
@@ -71,7 +77,7 @@ def _gold_text(item) -> str:
 
 
 def test_prompts_carry_what_each_task_needs():
-    batch = A.generate_rc(jax.random.key(3), 20, k=3, rows=4, cols=8)
+    batch = _rc(jax.random.key(3), 3)
     items = llm.rc_items(batch)
     assert [it["rc"] for it in items] == [3] * 20 and len({it["id"] for it in items}) == 20
     assert all(it["prompt"].split("Puzzle:")[1].count("?") == 1 and "modulo 10" in it["prompt"]
@@ -80,13 +86,14 @@ def test_prompts_carry_what_each_task_needs():
     assert [_solve_rc_prompt(it["prompt"], 3) for it in items] == np.asarray(
         batch["target"]).tolist()
     # in-context examples: solved grids with the same rule, the query filled in
-    examples = A.generate_rc(jax.random.key(4), 2, k=3, rows=4, cols=8,
+    examples = A.generate_rc(jax.random.key(4), 20, k=3, rows=4, cols=8,
                              operands=batch["operands"])
+    examples = {n: (v if n == "operands" else v[:2]) for n, v in examples.items()}
     shot = llm.rc_items(batch, examples=examples)[0]
     assert shot["shots"] == 2 and shot["prompt"].count("Solved example") == 2
     assert shot["prompt"].split("Solved example 1:")[1].count("?") == 1  # the query only
     assert shot["id"] != items[0]["id"]
-    other = A.generate_rc(jax.random.key(4), 2, k=3, rows=4, cols=8)
+    other = _rc(jax.random.key(4), 3, num=2)
     if not np.array_equal(other["operands"], batch["operands"]):
         with pytest.raises(ValueError, match="examples must use the batch's operands"):
             llm.rc_items(batch, examples=other)

@@ -103,6 +103,14 @@ CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
     + ("fixed/unique_call_graphs", "gen/diff_quarter_vs_narrow", "gen/diff_se")
     + tuple(f"gen/{a}/{s}" for a in ("diverse_quarter", "narrow_full", "diverse_full", "random")
             for s in ("heldout", "indist")),
+    "rel": tuple(f"algebra/transformer_acc/k{k}" for k in range(1, 8))
+    + tuple(f"algebra/control_acc/cols{c}/k{k}" for c in (4, 8) for k in (1, 2))
+    + tuple(f"algebra/bounded_acc/k{k}/b{b}" for k in range(1, 8) for b in range(8))
+    + tuple(f"algebra/shortcut/{t}/{s}" for t in ("a1", "a2", "a3", "a4", "rc")
+            for s in ("copy", "integer", "extrap", "rank"))
+    + tuple(f"reference_acc/{t}" for t in ("a1", "a2", "a3", "a4", "rc", "b1", "c1", "c3"))
+    + ("bio/jc_pdist_max_abs_err", "bio/detector_acc/rc2", "bio/detector_acc/rc3",
+       "chem/alkane_counts_match"),
     "supermeshnet": tuple(f"rmse/{d}/{m}" for d in ("angle", "laplace")
                           for m in ("knn", "sup_all", "sup_few", "sup_few_ib", "comp",
                                     "comp_noib")),

@@ -119,7 +119,8 @@ PAPERS: tuple[Paper, ...] = (
     _p("supermeshnet", "SuperMeshNet: mesh super-resolution for PDE simulation", "graph",
        _IMPL, issue=23),
     _p("riskzero", "RiskZero: risk-sensitive MuZero-style planning", "search", _IMPL, issue=8),
-    _p("vtbench", "VT-Bench: visual-tabular multimodal learning benchmark", "benchmarks"),
+    _p("vtbench", "VT-Bench: visual-tabular multimodal learning benchmark", "benchmarks",
+       Status.IN_PROGRESS, issue=29),
     _p("rel", "REL: relational reasoning benchmark", "benchmarks", _IMPL, issue=28),
 )
 

@@ -120,7 +120,7 @@ PAPERS: tuple[Paper, ...] = (
        _IMPL, issue=23),
     _p("riskzero", "RiskZero: risk-sensitive MuZero-style planning", "search", _IMPL, issue=8),
     _p("vtbench", "VT-Bench: visual-tabular multimodal learning benchmark", "benchmarks",
-       Status.IN_PROGRESS, issue=29),
+       _IMPL, issue=29),
     _p("rel", "REL: relational reasoning benchmark", "benchmarks", _IMPL, issue=28),
 )
 

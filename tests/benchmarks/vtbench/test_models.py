@@ -97,18 +97,31 @@ def test_stacked_seeds_equal_seeds_apart_and_no_recompile():
         rtol=1e-5, atol=1e-5)
 
 
-def test_training_step_jit_equals_eager():
+def test_training_loss_and_gradient_jit_equal_eager():
+    """The loss every replica trains (cross-entropy, or squared error for a regression task)
+    and its gradient: jit == op-by-op eager, on the model with the fewest ops (eager dispatch
+    compiles each op on its own); the stacked step around it is checked by the test above."""
     img, tabs, ys, reg = _data()
-    cfg = _cfg("table")  # the step and loss code of every model, with the fewest ops to run
-    opt, step = M._step(cfg, 8, 1e-2, 2, 1)      # eagerly (each op compiles on its own)
-    params = M._init_stack(cfg, jax.random.split(jax.random.key(0), 2))
-    state = train.init_train_state(params, opt, jax.random.key(1))
-    data = {"image": jnp.asarray(img), "table": jnp.asarray(tabs), "y": jnp.asarray(ys),
-            "regression": jnp.asarray(reg), "seeds": jnp.asarray([0], jnp.int32)}
-    eager, m_eager = step(state, data)  # op by op
-    jitted, m_jit = jax.jit(step)(state, data)
-    chex.assert_trees_all_close(jitted.params, eager.params, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(m_jit["loss"], m_eager["loss"], rtol=1e-5)
+    cfg = _cfg("table")
+    params = M.init(cfg, jax.random.key(0))
+    for t in (0, 1):  # a classification and a regression task
+        args = (jnp.asarray(img[:8]), jnp.asarray(tabs[t, :8]), jnp.asarray(ys[t, :8]),
+                jnp.asarray(reg[t]))
+
+        def value_grad(p, *a):
+            return jax.value_and_grad(lambda q: M._loss(cfg, q, *a))(p)
+
+        eager = value_grad(params, *args)
+        jitted = jax.jit(value_grad)(params, *args)
+        chex.assert_trees_all_close(jitted, eager, rtol=1e-5, atol=1e-6)
+        out = M.apply(cfg, params, *args[:2])
+        if t == 1:  # squared error on output 0
+            np.testing.assert_allclose(eager[0], np.mean((out[:, 0] - args[2]) ** 2), rtol=1e-5)
+        else:
+            logp = jax.nn.log_softmax(out)
+            want = -np.mean(np.take_along_axis(np.asarray(logp),
+                                               np.asarray(args[2], int)[:, None], 1))
+            np.testing.assert_allclose(eager[0], want, rtol=1e-5)
 
 
 def test_bad_input():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -264,7 +265,6 @@ def evaluate(client: Any, items: Sequence[Mapping], *, official: bool = False,
                             "correct": bool(scored["correct"]) and error is None,
                             "parsed": scored.get("parsed"), "error": error})
             if progress and len(items) >= 10 and (i + 1) % max(1, len(items) // 10) == 0:
-                import sys
                 print(f"rel llm: {i + 1}/{len(items)} items", file=sys.stderr, flush=True)
     finally:
         if sink is not None:

@@ -22,7 +22,7 @@ from typing import Literal
 import jax
 
 __all__ = ["Implementation", "IMPLEMENTATIONS", "COMPILED_PLATFORMS", "Resolved", "resolve",
-           "check_implementation", "platform", "compiler_params", "compiler_params_kwargs",
+           "check_implementation", "check_platform", "PLATFORMS", "platform", "compiler_params", "compiler_params_kwargs",
            "pow2_ceil", "is_pow2"]
 
 Implementation = Literal["auto", "xla", "pallas"]
@@ -50,6 +50,21 @@ def platform() -> str:
     except Exception:  # noqa: BLE001 - an odd client only means "assume CUDA"
         version = ""
     return "rocm" if "rocm" in version else "cuda"
+
+
+PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
+
+
+def check_platform(value: str | None, name: str = "platform") -> str:
+    """``value`` checked against :data:`PLATFORMS` (``"gpu"`` means ``"cuda"``); None: this
+    process's backend (:func:`platform`)."""
+    if value is None:
+        return platform()
+    if value == "gpu":
+        return "cuda"
+    if not isinstance(value, str) or value not in PLATFORMS:
+        raise ValueError(f"{name} must be None or one of {PLATFORMS}, got {value!r}")
+    return value
 
 
 def compiler_params(platform: str | None, dimension_semantics: tuple[str, ...]):
@@ -94,7 +109,8 @@ class Resolved:
 
 
 def resolve(op: str, implementation: Implementation, *, unsupported: str | None = None,
-            interpret: bool | None = None, stacklevel: int = 3) -> Resolved:
+            interpret: bool | None = None, platform: str | None = None,
+            stacklevel: int = 3) -> Resolved:
     """Decide how ``op`` runs here.
 
     Args:
@@ -104,6 +120,10 @@ def resolve(op: str, implementation: Implementation, *, unsupported: str | None 
         Triton block constraint), or None. It does not matter in interpret mode.
       interpret: run the Pallas interpreter; default: True exactly when this platform has no
         compiled Pallas backend (CPU).
+      platform: the backend to plan and lower for (``"cuda"``, ``"rocm"``, ``"tpu"``,
+        ``"cpu"``); default: this process's backend. Naming a GPU/TPU on a CPU machine plans the
+        compiled kernel for it (e.g. to lower or export it with ``lowering_platforms``); it
+        cannot run here.
       stacklevel: passed to ``warnings.warn`` (3 = the caller of the op).
 
     Returns:
@@ -114,7 +134,7 @@ def resolve(op: str, implementation: Implementation, *, unsupported: str | None 
       reason).
     """
     check_implementation(implementation)
-    plat = platform()
+    plat = check_platform(platform)
     compiled_here = plat in COMPILED_PLATFORMS
     interpret = (not compiled_here) if interpret is None else bool(interpret)
     if implementation == "xla":

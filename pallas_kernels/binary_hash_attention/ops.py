@@ -190,7 +190,8 @@ def sparse_decode_attention(q, k, v, indices, valid, *, length=None, page_size: 
                             sm_scale: float | None = None,
                             implementation: Implementation = "auto",
                             gather: str = "auto", block_sizes: AttentionBlockSizes | None = None,
-                            interpret: bool | None = None) -> jax.Array:
+                            interpret: bool | None = None,
+                            platform: str | None = None) -> jax.Array:
     """Decode attention of each query head over the selected tokens / pages of its kv head.
 
     Online softmax over blocks of gathered rows with float32 accumulation; GQA query head ``h``
@@ -209,6 +210,8 @@ def sparse_decode_attention(q, k, v, indices, valid, *, length=None, page_size: 
         page ids in the index maps: the TPU pattern), or "auto" (prefetch on TPU, else vector).
       block_sizes: :class:`AttentionBlockSizes`; ``None`` fields are chosen automatically.
       interpret: default True exactly on CPU.
+      platform: the backend to plan for (default: this process's); ``"cuda"`` on a CPU machine
+        with ``interpret=False`` builds the Triton kernel for ``lowering_platforms=("cuda",)``.
 
     Returns:
       [B, Hq, D] in q's dtype.
@@ -240,7 +243,7 @@ def sparse_decode_attention(q, k, v, indices, valid, *, length=None, page_size: 
     bs = block_sizes or AttentionBlockSizes(block_k=None, num_splits=None)
     if not isinstance(bs, AttentionBlockSizes):
         raise TypeError("block_sizes must be an AttentionBlockSizes")
-    plat = _common.platform()
+    plat = _common.check_platform(platform)
     if gather == "auto":
         gather = "prefetch" if plat == "tpu" else "vector"
     block_k, splits = _attention_blocks(bs, page_size, gather, plat, interpret, b, hk, k_sel)
@@ -251,7 +254,7 @@ def sparse_decode_attention(q, k, v, indices, valid, *, length=None, page_size: 
             why = ("Triton blocks need power-of-two D, page_size and block_k, and block_k * "
                    f"page_size >= 16 (D={d}, page_size={page_size}, block_k={block_k})")
     run = resolve("sparse_decode_attention", implementation, unsupported=why,
-                  interpret=interpret)
+                  interpret=interpret, platform=plat)
     interpret, plat = run.interpret, run.platform
     if run.implementation == "xla":
         return sparse_decode_attention_reference(q, k, v, indices, valid, length=length,

@@ -207,7 +207,8 @@ def quantized_matmul(x, data, scales, zeros=None, *, bits: int, group_size: int,
                      pack_rows: int | None = None, activation_bits: int | None = None,
                      out_dtype=None, implementation: Implementation = "auto",
                      block_sizes: BlockSizes | None = None,
-                     interpret: bool | None = None) -> jax.Array:
+                     interpret: bool | None = None,
+                     platform: str | None = None) -> jax.Array:
     """``x @ W`` for a group-quantized [K, N] weight ``W``, unpacking int4/int8 in the kernel.
 
     Args:
@@ -226,6 +227,9 @@ def quantized_matmul(x, data, scales, zeros=None, *, bits: int, group_size: int,
         when the case is supported, otherwise the XLA path, with a warning saying why).
       block_sizes: :class:`BlockSizes`; ``block_m=0`` picks a power of two from M.
       interpret: force interpret mode (default: True exactly when there is no compiled backend).
+      platform: the backend to plan for (default: this process's). ``"cuda"`` on a CPU machine
+        with ``interpret=False`` builds the Triton kernel so it can be lowered / exported with
+        ``lowering_platforms=("cuda",)``; it cannot be run here.
 
     Returns:
       [..., N] ~= ``x @ dequantize(...)``. Gradients: to ``x`` (``dy @ W^T``; the
@@ -251,10 +255,11 @@ def quantized_matmul(x, data, scales, zeros=None, *, bits: int, group_size: int,
         raise TypeError("block_sizes must be a BlockSizes")
     out_dtype = np.dtype(out_dtype or x.dtype)
     unsupported = None
-    if _common.platform() in ("cuda", "rocm") and not (is_pow2(k) and is_pow2(group_size)):
+    plat = _common.check_platform(platform)
+    if plat in ("cuda", "rocm") and not (is_pow2(k) and is_pow2(group_size)):
         unsupported = f"Triton needs power-of-two K and group size (K={k}, group={group_size})"
     run = resolve("quantized_matmul", implementation, unsupported=unsupported,
-                  interpret=interpret)
+                  interpret=interpret, platform=plat)
     cfg = _Config(bits=int(bits), group_size=int(group_size), pack_rows=pack_rows,
                   activation_bits=activation_bits, out_dtype=out_dtype.name,
                   implementation=run.implementation, block_sizes=block_sizes,

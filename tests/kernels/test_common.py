@@ -83,3 +83,14 @@ def test_compiler_params_per_platform():
     assert compiler_params("cpu", ("parallel",)) is None
     assert compiler_params_kwargs(True, "cuda", ("parallel",)) == {}
     assert set(compiler_params_kwargs(False, "tpu", ("parallel",))) == {"compiler_params"}
+
+
+def test_platform_argument_plans_for_another_backend():
+    assert _common.check_platform("gpu") == "cuda"
+    assert _common.check_platform(None) == _common.platform()
+    with pytest.raises(ValueError, match="platform"):
+        _common.check_platform("metal")
+    run = resolve("op", "pallas", interpret=False, platform="cuda")
+    assert run == Resolved("pallas", False, "cuda")
+    with pytest.raises(ValueError, match="platform"):
+        resolve("op", "pallas", platform="vulkan")

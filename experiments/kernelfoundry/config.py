@@ -22,7 +22,8 @@ class Config:
       tune_shapes: GPU shapes per task in the template stage (the first n of ``gpu_shapes``).
       tune_seeds: budgeted tuner and random-search runs per (task, shape).
       tune_budget: fraction of the grid the budgeted searches may evaluate (the issue: 25%).
-      escapes: run the planted escape attempts; escape_timeout_s: their time limit.
+      escapes: run the planted escape attempts (``escape_names``); escape_timeout_s: their
+        time limit.
       qdax_parity: compare the archive with QDax 0.5's repertoire when qdax is installed.
     """
 
@@ -38,6 +39,8 @@ class Config:
     tune_seeds: int = 10
     tune_budget: float = 0.25
     escapes: bool = True
+    escape_names: tuple[str, ...] = ("network", "write_outside", "read_secrets", "processes",
+                                     "memory", "endless", "patch_score")
     escape_timeout_s: float = 20.0
     qdax_parity: bool = True
 
@@ -53,13 +56,16 @@ class Config:
             raise ValueError(f"tune_budget must lie in (0, 1], got {self.tune_budget!r}")
         if not self.eval_seeds:
             raise ValueError("eval_seeds must not be empty")
+        from jaxpapers.evolve.exploits import ATTEMPTS
+        bad = [n for n in self.escape_names if n not in ATTEMPTS]
+        if bad:
+            raise ValueError(f"escape_names must be among {ATTEMPTS}, got {bad}")
 
 
 def tiny() -> Config:
-    """Seconds to a minute: every stage, numbers meaningless (one task searched 3 steps)."""
-    return Config(synthetic_seeds=2, synthetic_evaluations=30, search_iterations=3,
-                  search_tasks=("quantized_matmul",), eval_seeds=(0,), tune_shapes=1,
-                  tune_seeds=2, escapes=False, qdax_parity=False)
+    """Under a minute: every stage, numbers meaningless (2 children per task, one escape)."""
+    return Config(synthetic_seeds=2, synthetic_evaluations=30, search_iterations=2,
+                  eval_seeds=(0,), tune_shapes=1, tune_seeds=2, escape_names=("network",))
 
 
 def small() -> Config:

@@ -157,6 +157,7 @@ def _tuning(cfg: Config, key) -> dict:
 
             def objective(point, table=table, names=names):
                 return table[tuple(point[n] for n in names)]
+            first = len(runs)
             for seed in range(cfg.tune_seeds):
                 k = jax.random.fold_in(key, len(runs))
                 t = ev.tune_template(objective, space, budget=budget, key=k)
@@ -167,6 +168,8 @@ def _tuning(cfg: Config, key) -> dict:
             rows.append({"task": task, "shape": shape.name, "grid": len(table), "budget": budget,
                          "optimum_us": opt * 1e6, "default_us": default * 1e6,
                          "best": dict(zip(names, best_pt)),
+                         "tuner_hits": sum(t for t, _ in runs[first:]),
+                         "random_hits": sum(r for _, r in runs[first:]),
                          "valid": int(np.isfinite(list(table.values())).sum())})
             tables[f"{task}/{shape.name}"] = sorted(v * 1e6 for v in table.values()
                                                     if np.isfinite(v))
@@ -229,7 +232,8 @@ def run(config: Config, key) -> dict:
             evaluate = functools.partial(evaluate_mod.evaluate_source, task="quantized_matmul",
                                          seeds=(0,), memory_gb=cfg.memory_gb)
             jobs["escapes"] = pool.submit(exploits.run_attempts, evaluate, good_kernel=good,
-                                          wrong_kernel=wrong, timeout_s=cfg.escape_timeout_s)
+                                          wrong_kernel=wrong, timeout_s=cfg.escape_timeout_s,
+                                          names=cfg.escape_names)
         tune = _tuning(cfg, k_tune)
         timings["tuning_s"] = time.perf_counter() - t0
         searches = {t: jobs[t].result() for t in cfg.search_tasks}
@@ -316,11 +320,12 @@ def _search_table(searches) -> str:
 
 def _tune_table(tune) -> str:
     rows = [(r["task"], r["shape"], r["grid"], r["budget"], r["valid"],
+             f"{r['tuner_hits']} / {r['random_hits']}",
              f"{r['optimum_us']:.1f}", f"{r['default_us']:.1f}",
              ", ".join(f"{k}={v}" for k, v in r["best"].items()))
             for r in tune["rows"]]
     return markdown_table(("task", "GPU shape", "grid", "budget", "valid points",
-                           "optimum (us, model)", "default blocks (us, model)", "best"), rows)
+                           "optimum found: tuner / random", "optimum (us, model)", "default blocks (us, model)", "best"), rows)
 
 
 def plot(result, out_dir) -> list[pathlib.Path]:

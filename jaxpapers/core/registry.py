@@ -87,7 +87,6 @@ def _p(pid: str, title: str, capability: str, status: Status = Status.NOT_STARTE
 
 # Order follows the abstracts in the seed list. Titles are confirmed in third_party/papers/.
 _NS, _IMPL = Status.NOT_STARTED, Status.IMPLEMENTED
-_IN_PROGRESS = Status.IN_PROGRESS
 PAPERS: tuple[Paper, ...] = (
     _p("qsched", "Q-Sched: few-step diffusion with scheduler-level post-training quantization",
        "diffusion", _IMPL, issue=5),
@@ -96,7 +95,7 @@ PAPERS: tuple[Paper, ...] = (
     _p("codetracer", "CodeTracer: syntax-aware watermarking of LLM-generated code", "watermark",
        _IMPL, issue=20),
     _p("kernelfoundry", "KernelFoundry: quality-diversity search for GPU kernels", "evolve",
-       _IN_PROGRESS, issue=30),
+       _IMPL, issue=30),
     _p("tdm_r1", "TDM-R1: reinforcement learning for few-step generative models", "diffusion",
        _IMPL, issue=24),
     _p("layer_balancing", "Layer-wise learning-rate balancing in two- and three-layer linear networks",

@@ -46,6 +46,7 @@ import hashlib
 import io
 import json
 import math
+import threading
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -59,6 +60,9 @@ LEVELS = ("syntax", "compile", "runtime", "shape", "value", "correct")
 _MAX_BLOB = 64 * 1024 * 1024
 _CACHE: dict[str, "Evaluation"] = {}
 _REF_SECONDS: dict[tuple, float] = {}
+# CPython 3.11/3.12 can fail ast.parse run from two threads at once ("AST constructor
+# recursion depth mismatch", seen here): the experiment evaluates from threads.
+_AST_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +191,8 @@ def _evaluate(source, t, params, seeds, shapes, holdout, cost_shapes, timeout_s,
               memory_gb) -> Evaluation:
     cell = _cell(source)   # of the tokens before a syntax error, as the search files it
     try:
-        ast.parse(source)
+        with _AST_LOCK:
+            ast.parse(source)
     except (SyntaxError, ValueError) as e:
         return _result(0, cell, f"syntax error: {e}")
     everything = shapes + holdout

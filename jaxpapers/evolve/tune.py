@@ -3,7 +3,8 @@
 KernelFoundry's template stage takes the best kernel, exposes a few parameters (block sizes,
 warps) and runs every combination. When the grid is larger than the budget, :func:`tune_template`
 does a best-first local search over the index grid instead: a spread (Latin-hypercube-like) start
-of up to 16 points, then unvisited +-1 index neighbours of the best point so far, one at a time,
+of up to 16 points, then unvisited +-1 index neighbours of the best point so far, one at a time
+(first the one that continues the move that reached it, else a random one),
 skipping (most of the time) neighbours that exact ties predict to repeat a known value, and random
 unvisited points once no finite point has an unvisited neighbour. The objective is minimised (a
 time); ``math.inf`` marks an invalid point, NaN counts as ``inf``. :func:`random_search` is the
@@ -274,6 +275,7 @@ class _Frontier:
         self.fresh: list = []  # (value, call order, idx), sorted
         self.stale: list = []
         self.version = moves.version
+        self.came: dict[tuple, tuple] = {}  # point -> the (axis, step) move that reached it
 
     def add(self, value: float, order: int, idx: tuple) -> None:
         bisect.insort(self.fresh, (value, order, idx))
@@ -292,6 +294,14 @@ class _Frontier:
             idx = self._best(tier=1)
         return idx
 
+    def _ahead(self, src: tuple) -> tuple | None:
+        """The neighbour one more step along the move that reached ``src`` (pattern search's
+        "keep going": ``src`` is the best point, so that move improved)."""
+        if src not in self.came:
+            return None
+        axis, step = self.came[src]
+        return src[:axis] + (src[axis] + step,) + src[axis + 1:]
+
     def _free(self, src: tuple, tier: int) -> tuple[bool, list]:
         """(any unvisited neighbour, those of ``tier``)."""
         free = [n for n in _neighbours(src, self.moves.shape) if n not in self.seen]
@@ -304,9 +314,14 @@ class _Frontier:
             from_fresh = tier == 0 or j == len(self.stale) or (
                 i < len(self.fresh) and self.fresh[i] < self.stale[j])
             pool, k = (self.fresh, i) if from_fresh else (self.stale, j)
-            any_free, cands = self._free(pool[k][2], tier)
+            src = pool[k][2]
+            any_free, cands = self._free(src, tier)
             if cands:
-                return cands[int(self.gen.integers(len(cands)))]
+                ahead = self._ahead(src)
+                dst = ahead if ahead in cands else cands[int(self.gen.integers(len(cands)))]
+                axis = _axis(src, dst)
+                self.came[dst] = (axis, dst[axis] - src[axis])
+                return dst
             if not any_free:
                 del pool[k]
             elif tier == 0:  # only tier-1 neighbours left

@@ -15,6 +15,7 @@ makes it run every implemented paper (do so before landing a change to shared nu
 from __future__ import annotations
 
 import concurrent.futures
+import importlib.util
 import json
 import math
 import os
@@ -126,6 +127,14 @@ CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
             for m in ("concat", "concat_mlp", "max", "daft", "mul") for s in ("img", "tab"))
     + ("ig/completeness_max_rel_err", "qa/classifier_acc")
     + tuple(f"qa/{t}/rows{n}" for t in ("loc", "attr", "count", "mean") for n in (10, 20, 50)),
+    "kernelfoundry": tuple(f"synthetic/coverage/{m}" for m in ("map_elites", "uniform_parent",
+                                                                "hill_climb"))
+    + ("synthetic/coverage_ratio", "tuner/found_optimum_frac", "tuner/random_found_optimum_frac")
+    + tuple(f"search/{t}/{k}" for t in ("quantized_matmul", "sparse_decode_attention")
+            for k in ("cells", "best_level", "model_speedup"))
+    + tuple(f"exploits/{k}_{n}" for k in ("hardcoded", "wrong") for n in ("caught", "total"))
+    + ("sandbox/escape_attempts", "sandbox/escapes_blocked")
+    + (("parity/qdax_mismatches",) if importlib.util.find_spec("qdax") else ()),
     "supermeshnet": tuple(f"rmse/{d}/{m}" for d in ("angle", "laplace")
                           for m in ("knn", "sup_all", "sup_few", "sup_few_ib", "comp",
                                     "comp_noib")),

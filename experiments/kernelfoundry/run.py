@@ -325,7 +325,8 @@ def _tune_table(tune) -> str:
              ", ".join(f"{k}={v}" for k, v in r["best"].items()))
             for r in tune["rows"]]
     return markdown_table(("task", "GPU shape", "grid", "budget", "valid points",
-                           "optimum found: tuner / random", "optimum (us, model)", "default blocks (us, model)", "best"), rows)
+                           "optimum found: tuner / random", "optimum (us, model)",
+                           "default blocks (us, model)", "best"), rows)
 
 
 def plot(result, out_dir) -> list[pathlib.Path]:

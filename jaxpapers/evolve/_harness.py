@@ -8,7 +8,8 @@ shapes, get the cuda export only) and prints one JSON line after ``MARK``. Candi
 here, so nothing this program writes is trusted: the evaluator checks the blobs itself.
 
 ``RUN`` executes serialized ``cpu`` blobs (``spec.json``'s ``runs``: blob file and input
-count) on inputs the evaluator wrote (``in_<i>_<j>.npy``) and writes ``out_<i>.npy``. No candidate Python runs there (an exported program is StableHLO only;
+count) on inputs the evaluator wrote (``in_<i>_<j>.npy``) and writes ``out_<i>.npy``.
+No candidate Python runs there (an exported program is StableHLO only;
 host callbacks cannot be serialized); it is sandboxed because the program may still loop or
 allocate without bound.
 """

@@ -19,7 +19,8 @@ programs (one program's ops, ``scf.for`` bodies multiplied by their constant tri
 
 XLA ops outside kernels (the wrapper's pads, slices, gathers, the reference's whole program):
 each op that materialises memory (dot_general, gather, scatter, dynamic (update) slice, pad,
-slice, concatenate, reduce, sort, transpose; pads and slices that change nothing are free) costs ``bytes / BW`` (operands + result), dots ``2 M N K`` flops at peak;
+slice, concatenate, reduce, sort, transpose; pads and slices that change nothing are free)
+costs ``bytes / BW`` (operands + result), dots ``2 M N K`` flops at peak;
 elementwise ops, converts, broadcasts and reshapes are assumed fused (0 bytes), so the XLA side
 is an optimistic estimate. ``scf.for`` loops whose bounds are not constants count once (and
 ``dynamic_loops`` says how many there were); while loops in the XLA part count once too.

@@ -15,7 +15,8 @@ what a candidate defines) on KernelFoundry's ladder (the paper's ``perf_score``)
 ``fitness = level`` below 5 and ``5 + speedup`` at 5 (the paper: perf_score + speedup), where
 ``speedup`` is the geometric mean over the task's GPU shapes (``Task.gpu_shapes``, exported for
 ``cuda`` only: too big to check in interpret mode, so their values are unchecked) of reference
-time / candidate time from the roofline model of :mod:`jaxpapers.evolve.cost` on an H200 (a CPU PROXY, flagged in
+time / candidate time from the roofline model of :mod:`jaxpapers.evolve.cost` on an H200
+(a CPU PROXY, flagged in
 ``Evaluation.timing``; measured times need a GPU: :func:`time_exported`).
 
 Trust boundary (what runs where):

@@ -44,8 +44,8 @@ import numpy as np
 from pallas_kernels.binary_hash_attention.shapes import AttentionShape
 from pallas_kernels.quantized_matmul.shapes import Shape
 
-__all__ = ["Task", "TASKS", "get_task", "make_inputs", "input_avals", "reference_jax", "reference_output",
-           "tolerance", "shape_seed", "describe_shape"]
+__all__ = ["Task", "TASKS", "get_task", "make_inputs", "input_avals", "reference_jax",
+           "reference_output", "tolerance", "shape_seed", "describe_shape"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -873,14 +873,13 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _read_files(work: str) -> dict[str, str]:
-    """Small UTF-8 regular files in ``work``; links and special files are never opened."""
-    found: dict[str, str] = {}
+def _regular_files(work: str):
+    """Yield ``(relative path, open fd, stat)`` of each regular, not linked file in ``work``
+    (sorted; links and special files are never opened); the fd is closed after the caller's
+    turn."""
     for dirpath, dirnames, filenames in os.walk(work):  # does not follow links to folders
         dirnames.sort()
         for n in sorted(filenames):
-            if len(found) >= FILES_MAX_COUNT:
-                return found
             path = os.path.join(dirpath, n)
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -888,15 +887,24 @@ def _read_files(work: str) -> dict[str, str]:
                 continue  # a symlink (ELOOP), or unreadable
             try:
                 st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > FILES_MAX_BYTES:
-                    continue
-                data = os.read(fd, FILES_MAX_BYTES + 1)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                    yield os.path.relpath(path, work).replace(os.sep, "/"), fd, st
             finally:
                 os.close(fd)
-            try:
-                found[os.path.relpath(path, work).replace(os.sep, "/")] = data.decode("utf-8")
-            except UnicodeDecodeError:
-                continue
+
+
+def _read_files(work: str) -> dict[str, str]:
+    """Small UTF-8 regular files in ``work``; links and special files are never opened."""
+    found: dict[str, str] = {}
+    for rel, fd, st in _regular_files(work):
+        if len(found) >= FILES_MAX_COUNT:
+            break
+        if st.st_size > FILES_MAX_BYTES:
+            continue
+        try:
+            found[rel] = os.read(fd, FILES_MAX_BYTES + 1).decode("utf-8")
+        except UnicodeDecodeError:
+            continue
     return found
 
 
@@ -904,36 +912,23 @@ def _read_files_bytes(work: str) -> tuple[dict[str, bytes], int]:
     """Regular, not linked files in ``work`` as bytes, within the caps; and how many were not."""
     found: dict[str, bytes] = {}
     total = skipped = 0
-    for dirpath, dirnames, filenames in os.walk(work):  # does not follow links to folders
-        dirnames.sort()
-        for n in sorted(filenames):
-            path = os.path.join(dirpath, n)
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue  # a symlink (ELOOP), or unreadable
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-                    continue
-                if (len(found) >= FILES_MAX_COUNT or st.st_size > BYTES_MAX_FILE
-                        or total + st.st_size > BYTES_MAX_TOTAL):
-                    skipped += 1
-                    continue
-                chunks, size = [], 0
-                while size <= st.st_size:  # never more than its size at fstat (+1 to see growth)
-                    chunk = os.read(fd, st.st_size + 1 - size)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    size += len(chunk)
-            finally:
-                os.close(fd)
-            if size > st.st_size:  # still being written (a surviving writer): not returned
-                skipped += 1
-                continue
-            found[os.path.relpath(path, work).replace(os.sep, "/")] = b"".join(chunks)
-            total += size
+    for rel, fd, st in _regular_files(work):
+        if (len(found) >= FILES_MAX_COUNT or st.st_size > BYTES_MAX_FILE
+                or total + st.st_size > BYTES_MAX_TOTAL):
+            skipped += 1
+            continue
+        chunks, size = [], 0
+        while size <= st.st_size:  # never more than its size at fstat (+1 to see growth)
+            chunk = os.read(fd, st.st_size + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > st.st_size:  # still being written (a surviving writer): not returned
+            skipped += 1
+            continue
+        found[rel] = b"".join(chunks)
+        total += size
     return found, skipped
 
 

@@ -641,7 +641,10 @@ def test_duckdb_huge_scalar_values_stay_in_the_capped_worker(env, monkeypatch):
                 r = con.execute(sql)
                 assert r.error is not None, (name, r.rows)
                 if name == "lpad" and r.error.startswith("timeout:"):
-                    assert "worker was killed" in r.error and time.monotonic() - t0 < 1.0 + 1.0
+                    # usually one uninterruptible call: the worker is killed at the deadline +
+                    # grace; on a slow, loaded machine DuckDB sometimes stops it itself first
+                    # (seen 2026-12-03: "stopped after 0.95 s"). Either way it is bounded.
+                    assert time.monotonic() - t0 < 1.0 + 1.0, r.error
                 else:
                     assert r.error.startswith("out of memory: "), (name, r.error)
                     assert "384 MiB" in r.error

@@ -27,16 +27,6 @@ IS_ROOT = os.geteuid() == 0
 
 
 @pytest.fixture
-def work_parent(monkeypatch):
-    """A private parent for the work folders, so each test can check that nothing is left."""
-    d = pathlib.Path(tempfile.mkdtemp(prefix="jaxpapers-sandbox-test-"))
-    d.chmod(0o755)  # under /tmp: reachable by uid 65534
-    monkeypatch.setattr(sandbox, "WORK_PARENT", str(d))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
 def sbx(work_parent):
     """The sandbox module, or a skip saying why it cannot run here; checks no work folder stays."""
     reason = sandbox.why_unavailable()

@@ -15,7 +15,6 @@ import io
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,16 +32,6 @@ from jaxpapers.core import sandbox
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 IS_ROOT = os.geteuid() == 0
 PERF_COUNTER = time.perf_counter  # the parent's, before any sandboxed run
-
-
-@pytest.fixture
-def work_parent(monkeypatch):
-    """A private parent for work (and staging) folders, so each test can check none is left."""
-    d = pathlib.Path(tempfile.mkdtemp(prefix="jaxpapers-sandbox-site-test-"))
-    d.chmod(0o755)  # under /tmp: reachable by uid 65534
-    monkeypatch.setattr(sandbox, "WORK_PARENT", str(d))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -80,16 +80,14 @@ def _search(cfg: Config, task: str, key) -> dict:
                      "cell": list(e.cell), "fitness": e.fitness, "speedup": e.speedup,
                      "failed_shape": e.failed_shape, "message": e.message[:160]})
     correct = [e for e in res.evaluations if e.level == 5]
-    best = max(res.evaluations, key=lambda e: e.fitness)
+    best_child, best = res.best()
     return {"rows": rows, "cells": int(res.correct_cells[-1]),
             "best_level": int(max(e.level for e in res.evaluations)),
             "model_speedup": float(max((e.speedup for e in correct), default=0.0)),
             "best_fitness_curve": res.best_fitness.tolist(),
             "cells_curve": res.correct_cells.tolist(),
             "archive_fitness": np.asarray(res.archive.fitness).tolist(),
-            "best": {"variant": rows and next(r["variant"] for r in rows
-                                              if r["fitness"] == best.fitness),
-                     "fitness": best.fitness}}
+            "best": {"variant": best_child.origin.split(":", 1)[-1], "fitness": best.fitness}}
 
 
 def _exploit_counts(searches: dict) -> dict:

@@ -179,8 +179,8 @@ def _triton_program(op, acc: dict, mult: float) -> None:
         elif name == "tt.store":
             acc["bytes"] += mult * _nbytes(str(child.operands[1].type))
         elif name == "tt.dot":
-            (m, k), dt = _shape_dtype(str(child.operands[0].type))[0][-2:], \
-                _shape_dtype(str(child.operands[0].type))[1]
+            lhs, dt = _shape_dtype(str(child.operands[0].type))
+            m, k = lhs[-2:]
             n = _shape_dtype(str(child.operands[1].type))[0][-1]
             acc["flops"] += mult * 2.0 * m * n * k
             acc["dtype"] = dt

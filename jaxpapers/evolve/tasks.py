@@ -153,7 +153,8 @@ def get_task(task: str | Task) -> Task:
 
 
 def shape_seed(task: str, shape, seed: int) -> int:
-    """The numpy seed of ``(task, shape, seed)``: crc32 of their text (never ``hash()``)."""
+    """The numpy seed of ``(task, shape, seed)``: crc32 of their text (the same in every
+    process)."""
     return zlib.crc32(f"{task}|{shape!r}|{int(seed)}".encode())
 
 

@@ -175,8 +175,14 @@ def _reproduce_one(pid: str, scale: str, out: str, seed: int) -> dict:
 def _run_papers(pids: list[str], args, jobs: int):
     """Yields each paper's :func:`_reproduce_one` result as it finishes."""
     if jobs == 1 or len(pids) == 1:
+        import jax
+
         for pid in pids:
             yield _reproduce_one(pid, args.scale, args.out, args.seed)
+            # one process for every paper: drop the finished paper's compiled programs, or
+            # their memory mappings (about three per program) pile up towards the kernel's
+            # per-process limit (vm.max_map_count, 65,530 by default)
+            jax.clear_caches()
         return
     import concurrent.futures
     import multiprocessing

@@ -61,8 +61,8 @@ def pytest_xdist_auto_num_workers(config):
 # for as long as a jit cache holds it. A test worker that runs a few hundred files compiles tens
 # of thousands of programs and reached Linux's default limit of 65,530 mappings per process
 # (``vm.max_map_count``) after ~20 minutes: the next ``mmap`` in an LLVM compile failed and the
-# worker died with SIGSEGV in whichever test was compiling (measured: 61,494 mappings at 93% of
-# the suite). So the caches are cleared after each test file (xdist's ``--dist loadfile`` keeps
+# worker died with SIGSEGV in whichever test was compiling (measured: 64,355 mappings at the end
+# of the suite). So the caches are cleared after each test file (xdist's ``--dist loadfile`` keeps
 # a file on one worker): programs shared inside a file stay cached, and a worker's mappings stay
 # at one file's worth.
 MAP_WARN_FRACTION = 0.5

@@ -123,8 +123,8 @@ import time
 from typing import Any
 
 from jaxpapers.core import _sandbox_sql
-from jaxpapers.core._sandbox_sql import (_POOL, _audit_hook, _cap_address_space, _Deadline,
-                                         _Watchdog, _Worker, _WorkerLost, close_idle_workers)
+from jaxpapers.core._sandbox_sql import _POOL, _Deadline, _Worker, _WorkerLost, close_idle_workers
+from jaxpapers.core._sandbox_sql_worker import _audit_hook, _cap_address_space, _Watchdog
 
 __all__ = ["FunctionResult", "call_function", "close_idle_workers", "function_worker_source"]
 

@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from jaxpapers.core import _sandbox_sql, sandbox
+from jaxpapers.core import _sandbox_sql, _sandbox_sql_worker, sandbox
 from jaxpapers.core.sandbox import ReadOnlySQL, SQLResult, open_readonly_sql
 
 PEOPLE = [(i, f"person{i:02d}", i % 3, round(i * 1.5, 1)) for i in range(40)]
@@ -1158,7 +1158,7 @@ def test_audit_hook_is_installed_after_setup():
     hook = next(node for node in ast.walk(main) if isinstance(node, ast.Call)
                 and ast.unparse(node.func) == "sys.addaudithook")
     assert ast.unparse(hook.args[0]) == "_audit_hook(settings)"
-    assert _sandbox_sql.worker_source().endswith(_sandbox_sql._WORKER_CALL)
+    assert _sandbox_sql.worker_source().endswith(_sandbox_sql_worker._WORKER_CALL)
 
 
 # ----------------------------------------------------------------------------- timeouts

@@ -410,18 +410,24 @@ def _worker_reply(session: dict, line: bytes, watchdog, settings: dict, engine) 
     return data
 
 
-def _worker_main(settings: dict) -> None:
-    """The worker process: open the first connection, cap the address space, install the audit
-    hook, answer requests."""
-    # The protocol gets private copies of fds 0 and 1, which then point at /dev/null: nothing
-    # an engine or Python may print there can garble it.
+def _protocol_pipes() -> tuple:
+    """In a worker: the protocol gets private copies of fds 0 and 1 (returned as binary files:
+    requests, replies), which then point at /dev/null, so nothing an engine or Python prints
+    there can garble it; no ``.pyc`` is written (an import under the audit hook must not)."""
     requests = os.fdopen(os.dup(0), "rb")
     replies = os.fdopen(os.dup(1), "wb")
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
-    sys.dont_write_bytecode = True  # an import under the audit hook must not write a .pyc
+    sys.dont_write_bytecode = True
+    return requests, replies
+
+
+def _worker_main(settings: dict) -> None:
+    """The worker process: open the first connection, cap the address space, install the audit
+    hook, answer requests."""
+    requests, replies = _protocol_pipes()
 
     def send(message: dict) -> None:
         replies.write(json.dumps(message).encode("ascii") + b"\n")
@@ -461,7 +467,7 @@ _WORKER_HEADER = ("from __future__ import annotations\n"
 _WORKER_CODE = (_Refused, _Timeout, _describe_engine, _words, _describe_sqlite, _value,
                 _jsonable, _collect, _decode_text, _ProgressDeadline, _worker_connect,
                 _Watchdog, _cap_address_space, _audit_hook, _worker_query, _worker_close,
-                _worker_out_of_memory, _worker_error, _worker_reply, _worker_main)
+                _worker_out_of_memory, _worker_error, _worker_reply, _protocol_pipes, _worker_main)
 _WORKER_CALL = "_worker_main(json.loads(sys.argv[1]))\n"
 
 

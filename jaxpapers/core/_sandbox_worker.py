@@ -124,7 +124,8 @@ from typing import Any
 
 from jaxpapers.core import _sandbox_sql
 from jaxpapers.core._sandbox_sql import _POOL, _Deadline, _Worker, _WorkerLost, close_idle_workers
-from jaxpapers.core._sandbox_sql_worker import _audit_hook, _cap_address_space, _Watchdog
+from jaxpapers.core._sandbox_sql_worker import (_audit_hook, _cap_address_space, _protocol_pipes,
+                                                _Watchdog)
 
 __all__ = ["FunctionResult", "call_function", "close_idle_workers", "function_worker_source"]
 
@@ -336,13 +337,7 @@ def _fn_worker_reply(line: bytes, state: dict, watchdog, alarm, settings: dict) 
 
 def _fn_worker_main(settings: dict) -> None:
     """The function worker process: set up (see the module docstring), answer calls."""
-    requests = os.fdopen(os.dup(0), "rb")
-    replies = os.fdopen(os.dup(1), "wb")
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
-    os.close(null)
-    sys.dont_write_bytecode = True  # an import under the audit hook must not write a .pyc
+    requests, replies = _protocol_pipes()
     sys.path[:] = settings["sys_path"] + [p for p in sys.path if p not in settings["sys_path"]]
 
     def send(message: dict) -> None:
@@ -371,9 +366,9 @@ def _fn_worker_main(settings: dict) -> None:
 
 _WORKER_HEADER = ("from __future__ import annotations\n"
                   "import importlib, json, os, signal, sys, threading, time\n")
-_WORKER_CODE = (_Watchdog, _cap_address_space, _audit_hook, _CallTimeout, _MainThreadAlarm,
-                _function_hook, _stub, _fn_resolve, _fn_describe, _fn_call, _fn_worker_reply,
-                _fn_worker_main)
+_WORKER_CODE = (_Watchdog, _cap_address_space, _audit_hook, _protocol_pipes, _CallTimeout,
+                _MainThreadAlarm, _function_hook, _stub, _fn_resolve, _fn_describe, _fn_call,
+                _fn_worker_reply, _fn_worker_main)
 _WORKER_CALL = "_fn_worker_main(json.loads(sys.argv[1]))\n"
 
 

@@ -157,3 +157,61 @@ def test_all_runs_only_implemented_papers(monkeypatch):
     assert "fake_paper" in got and "wip_paper" not in got
     assert all(registry.get(p).status is registry.Status.IMPLEMENTED for p in got)
     assert cli._resolve_ids(["wip_paper"]) == ["wip_paper"]  # runnable when named
+
+
+def test_jobs_auto_is_one_per_core_for_tiny_only(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    assert cli._jobs("auto", "tiny", 19) == cli._AUTO_JOBS_MAX  # capped
+    assert cli._jobs("auto", "tiny", 3) == 3  # never more than the papers
+    assert cli._jobs("auto", "tiny", 1) == 1
+    assert cli._jobs("auto", "small", 19) == 1 and cli._jobs("auto", "full", 19) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert cli._jobs("auto", "tiny", 19) == 1
+    assert cli._jobs("7", "small", 19) == 7
+
+
+def test_cost_order_starts_long_papers_first(monkeypatch):
+    _fake_experiment(monkeypatch)
+    hints = {"rsa_cp": 3.0, "vtbench": 40.0, "fake_paper": None}  # fake: no hint
+    for pid, s in hints.items():
+        mod = sys.modules.get(f"{registry.get(pid).experiment}.config")
+        if mod is None:
+            mod = __import__(f"{registry.get(pid).experiment}.config", fromlist=["x"])
+        if s is None:
+            monkeypatch.delattr(mod, "TINY_SECONDS", raising=False)
+        else:
+            monkeypatch.setattr(mod, "TINY_SECONDS", s, raising=False)
+    assert cli._cost_order(["fake_paper", "rsa_cp", "vtbench"], "tiny") == [
+        "vtbench", "rsa_cp", "fake_paper"]
+    assert cli._cost_order(["fake_paper", "rsa_cp", "vtbench"], "small") == [
+        "fake_paper", "rsa_cp", "vtbench"]
+
+
+def test_tiny_sets_a_fast_xla_level_for_its_runs_only(capsys, monkeypatch, tmp_path):
+    """Before jax's backends exist, tiny adds the O0 flag (a user's level wins); the caller's
+    environment comes back afterwards."""
+    from jax._src import xla_bridge
+
+    _fake_experiment(monkeypatch)
+    sys.modules["experiments.fake_paper.config"].tiny = sys.modules[
+        "experiments.fake_paper.config"].small
+    seen = []
+    real = cli._reproduce_and_report
+    monkeypatch.setattr(cli, "_reproduce_and_report",
+                        lambda *a: seen.append(os.environ.get("XLA_FLAGS")) or real(*a))
+    monkeypatch.setattr(xla_bridge, "backends_are_initialized", lambda: False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+    code, _, _ = _run(capsys, "reproduce", "fake_paper", "--scale", "tiny", "--out",
+                      str(tmp_path / "a"))
+    assert code == 0
+    assert seen[-1] == "--xla_cpu_multi_thread_eigen=false " + cli.TINY_XLA_FLAG
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false"  # given back
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=2")  # the user's choice
+    _run(capsys, "reproduce", "fake_paper", "--scale", "tiny", "--out", str(tmp_path / "b"))
+    assert seen[-1] == "--xla_backend_optimization_level=2"
+    monkeypatch.delenv("XLA_FLAGS")
+    _run(capsys, "reproduce", "fake_paper", "--scale", "small", "--out", str(tmp_path / "c"))
+    assert seen[-1] is None and "XLA_FLAGS" not in os.environ
+    monkeypatch.setattr(xla_bridge, "backends_are_initialized", lambda: True)  # too late
+    _run(capsys, "reproduce", "fake_paper", "--scale", "tiny", "--out", str(tmp_path / "d"))
+    assert seen[-1] is None and "XLA_FLAGS" not in os.environ

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import sys
@@ -213,8 +214,8 @@ def _tiny_xla_flags() -> None:
 
 def _cost_order(pids: list[str], scale: str) -> list[str]:
     """``pids`` with the longest expected runs first (``--jobs`` > 1: a long paper started last
-    would run alone at the end). Uses each experiment config's optional ``TINY_SECONDS`` (a
-    measured hint, only for this ordering); papers without one keep their order, after them."""
+    would run alone at the end). Uses each experiment config's ``TINY_SECONDS`` (a measured
+    hint, only for this ordering); a paper without one may be long, so it goes first."""
     if scale != "tiny":
         return list(pids)
     import importlib
@@ -223,8 +224,8 @@ def _cost_order(pids: list[str], scale: str) -> list[str]:
         try:
             mod = importlib.import_module(f"{registry.get(pid).experiment}.config")
         except ModuleNotFoundError:
-            return 0.0
-        return float(getattr(mod, "TINY_SECONDS", 0.0))
+            return math.inf
+        return float(getattr(mod, "TINY_SECONDS", math.inf))
 
     cost = {pid: hint(pid) for pid in pids}
     return sorted(pids, key=lambda p: -cost[p])  # stable: ties keep the registry order

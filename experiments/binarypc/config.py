@@ -9,6 +9,8 @@ CONTRACT_METHODS = ("binarypc64", "binarypc32", "simhash64", "simhash32", "magic
                     "pcasign64", "quest", "oracle", "random")
 EXTRA_METHODS = ("simhash64_hamming", "simhash32_hamming", "pcasign32")
 
+TINY_SECONDS = 8  # tiny's wall time, measured: only orders `reproduce --jobs` (long first)
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:

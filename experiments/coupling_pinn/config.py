@@ -7,6 +7,7 @@ import dataclasses
 
 # further configs `jaxpapers reproduce coupling_pinn --scale <name>` accepts
 EXTRA_SCALES = ("depth_sweep",)
+TINY_SECONDS = 23  # tiny's wall time, measured: only orders `reproduce --jobs` (long first)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 EXTRA_SCALES = ()
+TINY_SECONDS = 4  # tiny's wall time, measured: only orders `reproduce --jobs` (long first)
 
 # (agent, layer) runs of the scripted investigators; the contract's reward metrics.
 RUNS = (("oracle", "alert"), ("graph_walk", "alert"), ("random", "alert"),

@@ -7,6 +7,7 @@ import dataclasses
 from jaxpapers.diffusion import TDM_R1_DEFAULTS, TDM_R1_VARIANTS
 
 EXTRA_SCALES = ()
+TINY_SECONDS = 11  # tiny's wall time, measured: only orders `reproduce --jobs` (long first)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -172,7 +172,7 @@ def test_jobs_auto_is_one_per_core_for_tiny_only(monkeypatch):
 
 def test_cost_order_starts_long_papers_first(monkeypatch):
     _fake_experiment(monkeypatch)
-    hints = {"rsa_cp": 3.0, "vtbench": 40.0, "fake_paper": None}  # fake: no hint
+    hints = {"rsa_cp": 3.0, "vtbench": 40.0, "fake_paper": None}  # fake: no hint, may be long
     for pid, s in hints.items():
         mod = sys.modules.get(f"{registry.get(pid).experiment}.config")
         if mod is None:
@@ -181,8 +181,8 @@ def test_cost_order_starts_long_papers_first(monkeypatch):
             monkeypatch.delattr(mod, "TINY_SECONDS", raising=False)
         else:
             monkeypatch.setattr(mod, "TINY_SECONDS", s, raising=False)
-    assert cli._cost_order(["fake_paper", "rsa_cp", "vtbench"], "tiny") == [
-        "vtbench", "rsa_cp", "fake_paper"]
+    assert cli._cost_order(["rsa_cp", "vtbench", "fake_paper"], "tiny") == [
+        "fake_paper", "vtbench", "rsa_cp"]
     assert cli._cost_order(["fake_paper", "rsa_cp", "vtbench"], "small") == [
         "fake_paper", "rsa_cp", "vtbench"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 EXTRA_SCALES = ()
+TINY_SECONDS = 20  # tiny's wall time, measured: only orders `reproduce --jobs` (long first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +19,8 @@ class Config:
       search_tasks: the tasks searched.
       eval_seeds: input seeds per shape in each evaluation.
       timeout_s, memory_gb: limits of each sandboxed child.
-      tune_space: "small" (a 3 x 3 x 2 x 3 / 6 x 5 sub-grid of each task's space) or "full".
+      tune_space: "tiny" (a 2 x 2 x 1 x 2 / 3 x 2 sub-grid: each point is a Triton export,
+        ~0.2 s), "small" (a 3 x 3 x 2 x 3 / 6 x 5 sub-grid of each task's space) or "full".
       tune_shapes: GPU shapes per task in the template stage (the first n of ``gpu_shapes``).
       tune_seeds: budgeted tuner and random-search runs per (task, shape).
       tune_budget: fraction of the grid the budgeted searches may evaluate (the issue: 25%).
@@ -50,8 +52,9 @@ class Config:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-        if self.tune_space not in ("small", "full"):
-            raise ValueError(f"tune_space must be 'small' or 'full', got {self.tune_space!r}")
+        if self.tune_space not in ("tiny", "small", "full"):
+            raise ValueError(f"tune_space must be 'tiny', 'small' or 'full', got "
+                             f"{self.tune_space!r}")
         if not 0 < self.tune_budget <= 1:
             raise ValueError(f"tune_budget must lie in (0, 1], got {self.tune_budget!r}")
         if not self.eval_seeds:
@@ -63,9 +66,11 @@ class Config:
 
 
 def tiny() -> Config:
-    """Under a minute: every stage, numbers meaningless (2 children per task, one escape)."""
+    """Under a minute: every stage, numbers meaningless (2 children per task, one escape, the
+    tiny tuning grids)."""
     return Config(synthetic_seeds=2, synthetic_evaluations=30, search_iterations=2,
-                  eval_seeds=(0,), tune_shapes=1, tune_seeds=2, escape_names=("network",))
+                  eval_seeds=(0,), tune_space="tiny", tune_shapes=1, tune_seeds=2,
+                  escape_names=("network",))
 
 
 def small() -> Config:

@@ -40,6 +40,10 @@ from jaxpapers.evolve.mutators import ScriptedMutator, load_variants
 says = functools.partial(registry.paper_says, "kernelfoundry")
 SMALL_SPACES = {"quantized_matmul": {"block_m": [16, 32, 64], "block_n": [64, 128, 256],
                                      "block_k": [256, 512], "split_k": [1, 2, 4]}}
+# the pipeline only (tiny): a few points of each grid, valid and invalid ones
+TINY_SPACES = {"quantized_matmul": {"block_m": [16, 32], "block_n": [64, 128],
+                                    "block_k": [256], "split_k": [1, 4]},
+               "sparse_decode_attention": {"block_k": [8, 16, 32], "num_splits": [1, 16]}}
 
 
 def manifest(task: str) -> dict:
@@ -109,6 +113,8 @@ def _exploit_counts(searches: dict) -> dict:
 
 def _space(cfg: Config, task: str) -> dict:
     full = tasks.get_task(task).space_dict()
+    if cfg.tune_space == "tiny":
+        return TINY_SPACES[task]
     return full if cfg.tune_space == "full" else SMALL_SPACES.get(task, full)
 
 
@@ -188,24 +194,32 @@ def qdax_mismatches(key, *, batches: int = 5, batch: int = 64) -> int | None:
     except Exception:  # noqa: BLE001 - qdax is optional
         return None
     grid = (4, 4, 4)
-    centroids = mer.compute_euclidean_centroids(grid, minval=0.0, maxval=4.0)
-    rep = None
-    arch = ev.archive_init(grid, jnp.zeros(2))
-    ks = jax.random.split(key, 3 * batches)
-    fit = jax.random.permutation(ks[0], batches * batch).astype(jnp.float32)  # distinct
-    for b in range(batches):
-        lv = jax.random.randint(ks[3 * b + 1], (batch, 3), 0, 4)
-        g = jax.random.normal(ks[3 * b + 2], (batch, 2))
-        f = fit[b * batch:(b + 1) * batch]
-        arch = ev.archive_insert(arch, g, lv, f)
+
+    @jax.jit
+    def both(key):  # one compiled program: op by op this compiles dozens of small ones
+        centroids = mer.compute_euclidean_centroids(grid, minval=0.0, maxval=4.0)
+        ks = jax.random.split(key, 3 * batches)
+        fit = jax.random.permutation(ks[0], batches * batch).astype(jnp.float32)  # distinct
+        fit = fit.reshape(batches, batch)
+        # batch b draws from keys 3b + 1 (levels) and 3b + 2 (genotypes)
+        lv = jax.vmap(lambda k: jax.random.randint(k, (batch, 3), 0, 4))(ks[1::3])
+        g = jax.vmap(lambda k: jax.random.normal(k, (batch, 2)))(ks[2::3])
         desc = lv.astype(jnp.float32) + 0.5
-        if rep is None:
-            rep = mer.MapElitesRepertoire.init(g, f[:, None], desc, centroids)
-        else:
-            rep = rep.add(g, desc, f[:, None])
-    qfit = np.asarray(rep.fitnesses).reshape(-1)
+        arch = ev.archive_insert(ev.archive_init(grid, jnp.zeros(2)), g[0], lv[0], fit[0])
+        rep = mer.MapElitesRepertoire.init(g[0], fit[0][:, None], desc[0], centroids)
+
+        def add(carry, xs):
+            arch, rep = carry
+            g, lv, desc, f = xs
+            return (ev.archive_insert(arch, g, lv, f), rep.add(g, desc, f[:, None])), None
+
+        (arch, rep), _ = jax.lax.scan(add, (arch, rep), (g[1:], lv[1:], desc[1:], fit[1:]))
+        return centroids, rep.fitnesses, arch.fitness
+
+    centroids, qfit, ours = both(key)
+    qfit = np.asarray(qfit).reshape(-1)
     cells = np.ravel_multi_index(np.floor(np.asarray(centroids)).astype(int).T, grid)
-    ours = np.asarray(arch.fitness)[cells]
+    ours = np.asarray(ours)[cells]
     same = (np.isneginf(qfit) & np.isneginf(ours)) | (qfit == ours)
     return int((~same).sum())
 
@@ -217,13 +231,14 @@ def run(config: Config, key) -> dict:
     cfg = config
     k_syn, k_search, k_tune, k_qdax = jax.random.split(key, 4)
     timings = {}
-    t0 = time.perf_counter()
-    syn = _synthetic(cfg, k_syn)
-    timings["synthetic_s"] = time.perf_counter() - t0
     good = load_variants("quantized_matmul")["xla_dequant"]
     wrong = load_variants("quantized_matmul")["wrong_no_offset"]
-    t0 = time.perf_counter()
-    with futures.ThreadPoolExecutor(max_workers=2) as pool:
+    t_pool = time.perf_counter()
+    # The searches and escapes wait on sandboxed children (one thread each, so the escapes do
+    # not queue behind a search); the in-process stages run meanwhile on this thread. Every
+    # stage has its own key and the evaluation cache is keyed by content: results do not
+    # depend on the interleaving.
+    with futures.ThreadPoolExecutor(max_workers=len(cfg.search_tasks) + 1) as pool:
         jobs = {task: pool.submit(_search, cfg, task, jax.random.fold_in(k_search, i))
                 for i, task in enumerate(cfg.search_tasks)}
         if cfg.escapes:
@@ -232,12 +247,16 @@ def run(config: Config, key) -> dict:
             jobs["escapes"] = pool.submit(exploits.run_attempts, evaluate, good_kernel=good,
                                           wrong_kernel=wrong, timeout_s=cfg.escape_timeout_s,
                                           names=cfg.escape_names)
+        t0 = time.perf_counter()
+        syn = _synthetic(cfg, k_syn)
+        timings["synthetic_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         tune = _tuning(cfg, k_tune)
         timings["tuning_s"] = time.perf_counter() - t0
+        parity = qdax_mismatches(k_qdax) if cfg.qdax_parity else None
         searches = {t: jobs[t].result() for t in cfg.search_tasks}
         escapes = jobs["escapes"].result() if cfg.escapes else []
-    timings["search_s"] = time.perf_counter() - t0
-    parity = qdax_mismatches(k_qdax) if cfg.qdax_parity else None
+    timings["search_s"] = time.perf_counter() - t_pool
 
     cov = {m: float(syn[m]["coverage"].mean()) for m in synthetic.METHODS}
     ratio = cov["map_elites"] / max(cov["hill_climb"], 1e-9)

@@ -12,6 +12,9 @@ count) on inputs the evaluator wrote (``in_<i>_<j>.npy``) and writes ``out_<i>.n
 No candidate Python runs there (an exported program is StableHLO only;
 host callbacks cannot be serialized); it is sandboxed because the program may still loop or
 allocate without bound.
+
+Both first read ``spec.json``'s ``xla_backend_optimization_level`` (the evaluator's own level,
+or null) and add it to ``XLA_FLAGS`` before anything imports jax.
 """
 
 MARK = "@@KERNELFOUNDRY@@"
@@ -26,6 +29,20 @@ def _emit(obj):
 def _short(e):
     text = "".join(traceback.format_exception_only(type(e), e)).strip()
     return text[-600:]
+
+
+def _opt_level():
+    try:
+        with open("spec.json") as f:
+            level = json.load(f).get("xla_backend_optimization_level")
+    except Exception:
+        return
+    if type(level) is int and 0 <= level <= 3:
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level={level}".strip()
+
+
+_opt_level()
 '''
 
 EXPORT = _PRELUDE + r'''

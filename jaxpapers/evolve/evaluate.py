@@ -47,6 +47,8 @@ import hashlib
 import io
 import json
 import math
+import os
+import re
 import threading
 from typing import Any, Mapping, Sequence
 
@@ -64,6 +66,7 @@ _REF_SECONDS: dict[tuple, float] = {}
 # CPython 3.11/3.12 can fail ast.parse run from two threads at once ("AST constructor
 # recursion depth mismatch", seen here): the experiment evaluates from threads.
 _AST_LOCK = threading.Lock()
+_OPT_LEVEL = re.compile(r"--xla_backend_optimization_level=([0-3])(?![0-9])")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,13 +167,22 @@ def evaluate_source(source: str, task, *, params: Mapping[str, Any] | None = Non
                                                     holdout_shapes, timeout_s, memory_gb)
     key = hashlib.sha256(json.dumps(
         [source, t.name, params, seeds, [repr(s) for s in shapes], [repr(s) for s in holdout],
-         timeout_s, memory_gb]).encode()).hexdigest()
+         timeout_s, memory_gb, _opt_level()]).encode()).hexdigest()
     if key in _CACHE:
         return _CACHE[key]
     result = _evaluate(source, t, params, seeds, shapes, holdout, t.gpu_shapes,
                        float(timeout_s), float(memory_gb))
     _CACHE[key] = result
     return result
+
+
+def _opt_level() -> int | None:
+    """XLA's backend optimisation level named in this process's ``XLA_FLAGS`` (the last one;
+    ``--scale tiny`` sets 0), or None. The sandboxed children get it too (``spec.json``), so
+    they compile the candidate's programs as this process compiles its own; the sandbox's
+    environment would otherwise drop it. None: XLA's default level there as here."""
+    found = _OPT_LEVEL.findall(os.environ.get("XLA_FLAGS", ""))
+    return int(found[-1]) if found else None
 
 
 def _cell(source: str) -> tuple[int, int, int]:
@@ -199,7 +211,8 @@ def _evaluate(source, t, params, seeds, shapes, holdout, cost_shapes, timeout_s,
     everything = shapes + holdout
     inputs0 = [tasks_mod.make_inputs(t, s, seeds[0]) for s in everything]
     cost_avals = [tasks_mod.input_avals(t, s) for s in cost_shapes]
-    spec = {"params": params, "shapes": [
+    level = _opt_level()
+    spec = {"params": params, "xla_backend_optimization_level": level, "shapes": [
         {"name": s.name, "static": t.static_kwargs(s),
          "inputs": [[list(a.shape), str(a.dtype)] for a in ins]}
         for s, ins in zip(everything, inputs0)] + [
@@ -236,7 +249,7 @@ def _evaluate(source, t, params, seeds, shapes, holdout, cost_shapes, timeout_s,
             for j, a in enumerate(ins):
                 files[f"in_{k}_{j}.npy"] = _npy(a)
             expected.append((i, s, seed, ins))
-    files["spec.json"] = json.dumps({"runs": runs})
+    files["spec.json"] = json.dumps({"runs": runs, "xla_backend_optimization_level": level})
     runner = _sandbox_run(_harness.RUN, files, timeout_s, memory_gb)
     rows = (_report(runner) or {}).get("runs") or [None] * len(runs)
     verdicts = {}

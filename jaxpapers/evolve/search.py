@@ -13,12 +13,15 @@ Per iteration (the official ``evolve_database_optimization_aware`` loop, one chi
    migrates when due; the prompt's fitness becomes the best child score so far.
 
 The archive's genotype is the child's index into ``candidates``. The loop is plain Python:
-each step waits for a sandboxed evaluation (seconds), so there is nothing to compile.
+each step waits for a sandboxed evaluation (seconds). The sampler's array work around it runs
+as two small compiled programs of fixed shapes (:func:`_pick`, :func:`_record`): op by op
+it would compile a program per primitive, seconds more than the loop itself at a few steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from typing import Any, Callable
 
@@ -27,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpapers.evolve import prompts as prompts_mod
-from jaxpapers.evolve.archive import Archive, archive_init, archive_insert_with_info
+from jaxpapers.evolve.archive import (Archive, _raise_if_outside, archive_init,
+                                      archive_insert_with_info)
 from jaxpapers.evolve.evaluate import Evaluation, evaluate_source
 from jaxpapers.evolve.mutators import Candidate
 from jaxpapers.evolve.sampling import (SamplingConfig, advance, assign_island, migrate,
@@ -65,6 +69,41 @@ class KernelSearchResult:
         return self.candidates[i], self.evaluations[i]
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _start(config: SamplingConfig) -> tuple[Archive, Any]:
+    """The empty archive (int32 genotypes: indices into the candidates) and its sampler."""
+    archive = archive_init(GRID, jnp.zeros((), jnp.int32))
+    return archive, sampler_init(archive, config)
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def _pick(k_parent, k_insp, archive, state, config) -> tuple[jax.Array, jax.Array]:
+    """(parent cell or -1, its [n] inspiration cells): steps 1 of the module docstring."""
+    cell, _ = sample_parent(k_parent, archive, state, config)
+    return cell, sample_inspirations(k_insp, archive, cell, config)
+
+
+@functools.partial(jax.jit, static_argnums=6)
+def _record(k_mig, archive, state, index, cell, fitness, config):
+    """Step 5 for one evaluated child: (archive, state, inserted bool scalar)."""
+    archive, info = archive_insert_with_info(archive, index[None], cell[None], fitness[None])
+    state = assign_island(state, info.cells[0], info.inserted[0])
+    state = advance(state, config)
+    state = migrate(k_mig, archive, state, config)
+    return archive, state, info.inserted[0]
+
+
+def _descriptor(cell) -> np.ndarray:
+    """The evaluation's cell as a [3] float32 descriptor (the same cell and stored descriptor
+    as integer levels, and one compiled :func:`_record` for either), raising like an eager
+    insert when it lies outside the grid: under jit the insert would drop it silently."""
+    x = np.asarray(cell, np.float32)
+    if x.shape != (len(GRID),):
+        raise ValueError(f"evaluation cell must have {len(GRID)} levels, got {cell!r}")
+    _raise_if_outside(x[None], GRID)
+    return x
+
+
 def kernel_search(key: jax.Array, task, mutator, *, iterations: int,
                   evaluate: Callable[..., Evaluation] | None = None,
                   config: SamplingConfig = SamplingConfig(),
@@ -90,8 +129,7 @@ def kernel_search(key: jax.Array, task, mutator, *, iterations: int,
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
     evaluate = evaluate or evaluate_source
-    archive = archive_init(GRID, jnp.zeros((), jnp.int32))
-    state = sampler_init(archive, config)
+    archive, state = _start(config)
     candidates: list[Candidate] = []
     evals: list[Evaluation] = []
     inserted, cells_curve, best_curve, prompt_ids = [], [], [], []
@@ -101,28 +139,25 @@ def kernel_search(key: jax.Array, task, mutator, *, iterations: int,
         key, k_parent, k_insp, k_mut, k_mig, k_prompt = jax.random.split(key, 6)
         parent, inspirations = None, ()
         if np.isfinite(np.asarray(archive.fitness)).any():
-            cell, _ = sample_parent(k_parent, archive, state, config)
+            cell, insp = _pick(k_parent, k_insp, archive, state, config)
             cell = int(cell)
             if cell >= 0:
-                parent = candidates[int(archive.genotype[cell])]
-                insp = np.asarray(sample_inspirations(k_insp, archive, cell, config))
-                inspirations = tuple(candidates[int(archive.genotype[c])] for c in insp
+                genotype = np.asarray(archive.genotype)
+                parent = candidates[int(genotype[cell])]
+                inspirations = tuple(candidates[int(genotype[c])] for c in np.asarray(insp)
                                      if c >= 0)
         prompt = prompts_mod.select(prompt_db, k_prompt) if prompt_db is not None else None
         child = mutator.propose(k_mut, parent, inspirations, prompt)
         mutator = mutator.update(child)
         ev = evaluate(child.source, task, params=dict(child.params), **evaluate_kwargs)
-        archive, info = archive_insert_with_info(
-            archive, jnp.array([len(candidates)], jnp.int32), jnp.array([ev.cell]),
-            jnp.array([ev.fitness], jnp.float32))
-        state = assign_island(state, info.cells[0], info.inserted[0])
-        state = advance(state, config)
-        state = migrate(k_mig, archive, state, config)
+        archive, state, was_inserted = _record(
+            k_mig, archive, state, np.int32(len(candidates)), _descriptor(ev.cell),
+            np.float32(ev.fitness), config)
         if prompt_db is not None:
             prompt_db = prompts_mod.record(prompt_db, prompt.id, ev.fitness)
         candidates.append(child)
         evals.append(ev)
-        inserted.append(bool(info.inserted[0]))
+        inserted.append(bool(was_inserted))
         if ev.level == 5:
             hit.add(tuple(ev.cell))
         best = max(best, ev.fitness)

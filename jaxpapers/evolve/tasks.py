@@ -35,6 +35,7 @@ evaluator, to catch kernels hard-coded to the seen ones.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import zlib
 from typing import Any, Callable
@@ -196,9 +197,20 @@ def input_avals(task: str | Task, shape) -> list[tuple[tuple[int, ...], str]]:
 
 
 def _quantized_weight(rng: np.random.Generator, s: Shape):
-    from jaxpapers.quant import quantize
     w = rng.standard_normal((s.k, s.n), dtype=np.float32)
-    return quantize(w, bits=4, group_size=s.group, symmetric=True)
+    return _quantize_jit()(w, bits=4, group_size=s.group, symmetric=True)
+
+
+@functools.cache
+def _quantize_jit():
+    """``jaxpapers.quant.quantize`` as one compiled program per shape: run eagerly it compiles
+    a dozen small programs per weight shape (seconds per evaluation's first shapes). Same
+    values: its ops are exact (max, a correctly rounded divide, round, clip). Its finiteness
+    check is skipped under jit; a standard normal draw is always finite."""
+    import jax
+
+    from jaxpapers.quant import quantize
+    return jax.jit(quantize, static_argnames=("bits", "group_size", "symmetric"))
 
 
 def reference_jax(task: str | Task, shape, inputs):
@@ -221,8 +233,18 @@ def reference_jax(task: str | Task, shape, inputs):
 
 def reference_output(task: str | Task, shape, inputs) -> np.ndarray:
     """The reference result for ``inputs`` (float32 numpy): ``qdot`` for the matmul,
-    ``sparse_decode_attention_reference`` for attention."""
-    return np.asarray(reference_jax(task, shape, inputs))
+    ``sparse_decode_attention_reference`` for attention (jitted once per task and shape)."""
+    t = get_task(task)
+    t.check_shape(shape)
+    return np.asarray(_reference_jit(t.name, shape)(*inputs))
+
+
+@functools.lru_cache(maxsize=64)
+def _reference_jit(task: str, shape):
+    """The reference of ``(task, shape)`` as one compiled program: op by op it compiles a few
+    dozen small programs per shape."""
+    import jax
+    return jax.jit(lambda *inputs: reference_jax(task, shape, inputs))
 
 
 def tolerance(task: str | Task, shape, *, platform: str = "cpu") -> float:

@@ -70,14 +70,21 @@ def _make_algos(n, k, d, t, norm, link, beta_scales=(), flat_max_arms=0):
     return algos, bounds, kappa
 
 
+@functools.partial(jax.jit, static_argnums=tuple(range(1, 8)))
+def _envs_and_keys(key, s, n, k, d, norm, link, mode):
+    """S environments and S run keys from ``key`` (one compiled call instead of an eager
+    op-by-op vmap)."""
+    k_env, k_run = jax.random.split(key)
+    envs = jax.vmap(functools.partial(make_slate_env, num_slots=n, num_items=k, dim=d,
+                                      theta_norm=norm, link=link, mode=mode))(
+        jax.random.split(k_env, s))
+    return envs, jax.random.split(k_run, s)
+
+
 def _regret_setting(cfg: Config, setting, key, sw: Stopwatch, beta_scales=()):
     name, n, k, d, norm, link = setting
     t, s = cfg.num_rounds, cfg.num_seeds
-    k_env, k_run = jax.random.split(key)
-    envs = jax.vmap(functools.partial(make_slate_env, num_slots=n, num_items=k, dim=d,
-                                      theta_norm=norm, link=link, mode=cfg.context_mode))(
-        jax.random.split(k_env, s))
-    run_keys = jax.random.split(k_run, s)
+    envs, run_keys = _envs_and_keys(key, s, n, k, d, norm, link, cfg.context_mode)
     algos, bounds, kappa = _make_algos(n, k, d, t, norm, link, beta_scales, cfg.flat_max_arms)
     out = {"kappa": kappa, "bounds": bounds, "algos": {}}
     grid = np.unique(np.linspace(1, t, 100).astype(int))
@@ -108,21 +115,30 @@ def _timing(cfg: Config, key):
     """Median wall time of one jitted ``select`` (slate algorithms, O(N K d^2)) and of an
     enumeration UCB over all K^N flattened slates (what a non-slate GLM bandit must do)."""
     k_, d = cfg.timing_items, cfg.timing_dim
+    names = ("slate_glm_ofu", "rs_slateglincb", "b_slateglincb_plus")
     rows = []
     for n in cfg.timing_slots:
-        kc, key = jax.random.split(key)
-        ctx = jax.random.uniform(kc, (n, k_, d), minval=-1, maxval=1) / math.sqrt(n)
+        algos = _make_algos(n, k_, d, 1000, 2.0, "logistic")[0]
+
+        @jax.jit
+        def inputs(key):
+            # the contexts and every algorithm's initial state in one compiled call (eagerly,
+            # each op of the inits compiles on its own, per N)
+            kc, key = jax.random.split(key)
+            ctx = jax.random.uniform(kc, (n, k_, d), minval=-1, maxval=1) / math.sqrt(n)
+            k_init, k_sel = jax.random.split(jax.random.fold_in(key, n))
+            return key, ctx, k_sel, {a: algos[a].init(k_init) for a in names}
+
+        key, ctx, k_sel, states = inputs(key)
         row = {"N": n}
-        k_init, k_sel = jax.random.split(jax.random.fold_in(key, n))
-        for a_name in ("slate_glm_ofu", "rs_slateglincb", "b_slateglincb_plus"):
-            algo = _make_algos(n, k_, d, 1000, 2.0, "logistic")[0][a_name]
-            st = algo.init(k_init)
-            sel = jax.jit(algo.select)
+        for a_name in names:
+            st = states[a_name]
+            sel = jax.jit(algos[a_name].select)
             row[a_name] = time_fn(sel, st, k_sel, ctx, repeats=cfg.timing_repeats)
             row[f"flops_{a_name}"] = _flops(sel, (st, k_sel, ctx))
         if n <= cfg.enum_max_slots:
-            v_inv = jnp.eye(n * d) / 5.0
-            theta = jnp.zeros(n * d)
+            v_inv = jax.device_put(np.eye(n * d, dtype=np.float32) / np.float32(5.0))
+            theta = jax.device_put(np.zeros(n * d, np.float32))
 
             @jax.jit
             def enum_select(ctx, theta, v_inv):
@@ -149,13 +165,16 @@ def _icl(cfg: Config, key):
     x, y = load_digits(return_X_y=True)
     emb = PCA(cfg.icl_dim).fit_transform(x / 16.0)  # the default solver here is exact: no draws
     emb = emb / np.linalg.norm(emb, axis=1, keepdims=True)
-    emb, y = jnp.asarray(emb, jnp.float32), jnp.asarray(y)
     n, k, d, t = cfg.icl_slots, cfg.icl_pool, cfg.icl_dim, cfg.icl_rounds
     num = emb.shape[0]
-    slot_of = jnp.arange(num) % n  # per-slot pools: example i belongs to pool i mod N
-    pools = [jnp.nonzero(slot_of == i)[0] for i in range(n)]
+    # host-side index glue in numpy, then one transfer per array (eager jnp ops, jnp.asarray
+    # included, would compile one small program each)
+    slot_of = np.arange(num) % n  # per-slot pools: example i belongs to pool i mod N
+    pools = [np.nonzero(slot_of == i)[0] for i in range(n)]
     pool_size = min(int(p.shape[0]) for p in pools)
-    pools = jnp.stack([p[:pool_size] for p in pools])  # [N, P]
+    pools = jax.device_put(np.stack([p[:pool_size] for p in pools]).astype(np.int32))  # [N, P]
+    emb = jax.device_put(np.asarray(emb, np.float32))
+    y = jax.device_put(np.asarray(y, np.int32))
 
     def round_data(key):
         kq, kc = jax.random.split(key)
@@ -191,9 +210,9 @@ def _icl(cfg: Config, key):
     for a_name, algo in (("bandit", make_slate_glm_ofu(num_slots=n, num_items=k, dim=d,
                                                         param_norm_ub=float(math.sqrt(d)) + 1)),
                          ("random", make_random(num_slots=n, num_items=k))):
-        rew = jax.jit(jax.vmap(functools.partial(run_one, algo)))(keys)
-        out[a_name] = float(jnp.mean(rew))
-        out[a_name + "_last_half"] = float(jnp.mean(rew[:, t // 2:]))
+        rew = np.asarray(jax.jit(jax.vmap(functools.partial(run_one, algo)))(keys))
+        out[a_name] = _mean01(rew)
+        out[a_name + "_last_half"] = _mean01(rew[:, t // 2:])
     # the best fixed per-slot choice (most similar example per slot), as a ceiling
     def oracle(key):
         def one(tt):
@@ -201,8 +220,15 @@ def _icl(cfg: Config, key):
             best = jnp.argmax(jnp.sum(feats, -1), axis=1)
             return predict(q, cand[jnp.arange(n), best])
         return jax.vmap(one)(jnp.arange(t))
-    out["most_similar"] = float(jnp.mean(jax.jit(jax.vmap(oracle))(keys)))
+    out["most_similar"] = _mean01(np.asarray(jax.jit(jax.vmap(oracle))(keys)))
     return out
+
+
+def _mean01(x: np.ndarray) -> float:
+    """jnp.mean of a float32 array of 0/1 values, on the host: the float32 sum is exact (an
+    integer), then one float32 division, as jnp.mean does (an eager jnp.mean would compile a
+    program per shape)."""
+    return float(np.float32(np.sum(x, dtype=np.float64)) / np.float32(x.size))
 
 
 def run(config: Config, key: jax.Array) -> dict:

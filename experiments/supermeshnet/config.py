@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 EXTRA_SCALES = ()
+TINY_SECONDS = 17  # tiny's wall time, measured: only orders `reproduce --jobs` (long first)
 
 MODELS = ("knn", "sup_all", "sup_few", "sup_few_ib", "comp", "comp_noib")
 DATASETS = ("angle", "laplace", "geometry")

@@ -198,18 +198,21 @@ def mesh_sample(lr_points: ArrayLike, lr_triangles: ArrayLike, lr_field: ArrayLi
         val = np.zeros(slots_n)
         if y is not None:
             val[:n] = (y - y_min) / y_range
-        # numpy, then one transfer per array (from_edges's eager jnp ops would compile per shape)
+        # numpy, then one transfer per array (from_edges's eager jnp ops would compile per shape;
+        # so would jnp.asarray, which stages a program per shape and dtype: device_put does not)
         pad = slots_e - len(s)
-        graph = Graph(jnp.asarray(np.pad(s, (0, pad)), jnp.int32),
-                      jnp.asarray(np.pad(r, (0, pad)), jnp.int32),
-                      jnp.asarray(np.arange(slots_e) < len(s)),
-                      jnp.asarray(np.arange(slots_n) < n), slots_n)
-        return graph, jnp.asarray(pos, dtype), jnp.asarray(val, dtype)
+        graph = Graph(_put(np.pad(s, (0, pad)), np.int32), _put(np.pad(r, (0, pad)), np.int32),
+                      _put(np.arange(slots_e) < len(s)), _put(np.arange(slots_n) < n), slots_n)
+        return graph, _put(pos, dtype), _put(val, dtype)
 
     lg, lpos, lyv = side("lr", lp, lt, ly, max_lr_nodes, max_lr_edges)
     hg, hpos, hyv = side("hr", hp, ht, hy, max_hr_nodes, max_hr_edges)
-    return MeshSample(lg, lpos, lyv, hg, hpos, hyv, jnp.asarray(y_min, dtype),
-                      jnp.asarray(y_range, dtype))
+    return MeshSample(lg, lpos, lyv, hg, hpos, hyv, _put(y_min, dtype), _put(y_range, dtype))
+
+
+def _put(x: Any, dtype: Any = None) -> jax.Array:
+    """A host value on the default device (converted by numpy), compiling nothing."""
+    return jax.device_put(np.asarray(x, dtype))
 
 
 def stack_samples(samples: Sequence[MeshSample]) -> MeshSample:
@@ -229,8 +232,7 @@ def stack_samples(samples: Sequence[MeshSample]) -> MeshSample:
         raise ValueError("samples must share node and edge slot counts to stack; build them with "
                          "the same max_lr_nodes / max_lr_edges / max_hr_nodes / max_hr_edges")
     if checks.is_concrete(samples):  # on the host: eager jnp.stack would compile per shape
-        return jax.tree.map(lambda *xs: jnp.asarray(np.stack([np.asarray(x) for x in xs])),
-                            *samples)
+        return jax.tree.map(lambda *xs: _put(np.stack([np.asarray(x) for x in xs])), *samples)
     return jax.tree.map(lambda *xs: jnp.stack(xs), *samples)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 EXTRA_SCALES = ()
+TINY_SECONDS = 45  # tiny's wall time, measured: only orders `reproduce --jobs` (long first)
 
 # bandit runs: name -> (method, guidance on all steps?, hp overrides). "drift": lam = 0, w = 1.
 BANDIT_RUNS = {

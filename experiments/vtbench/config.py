@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 EXTRA_SCALES = ()
+TINY_SECONDS = 30  # tiny's wall time, measured: only orders `reproduce --jobs` (long first)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,24 +66,32 @@ def _hgb(cfg: Config, d: V.VTData, seed: int) -> float:
     return float(np.mean(model.predict(x_te) == d.y_test))
 
 
-@functools.partial(jax.jit, static_argnames=("mcfg", "reg", "steps", "n"))
-def _diag_core(params, img_tr, tab_tr, img_te, tab_te, y, num_classes, *, mcfg, reg, steps,
-               n):
-    """MCR and IG shares of one trained model on one task, in one compiled program (the class
-    count is traced: every classification task reuses it)."""
-    task = "regression" if reg else "classification"
+@functools.partial(jax.jit, static_argnames=("mcfg", "steps", "n"))
+def _diag_core(params, img_tr, tab_tr, img_te, tab_te, y, labels, num_classes, reg, *, mcfg,
+               steps, n):
+    """MCR and IG shares of one trained model on one task, in one compiled program.
+
+    The class count and ``reg`` (regression or not) are traced, so the four tasks of a model
+    share one program. A regression reads output 0; it is handed over as a classification
+    whose label is 0 (``labels``; ``y`` holds the float targets), which leaves its IG target,
+    gradient and completeness values exactly as a separate regression program computes them;
+    only MCR differs by task (accuracy or MAE), so both are computed and ``reg`` picks one.
+    """
     zi_tr, zt_tr = M.embed(mcfg, params, img_tr, tab_tr)
     zi_te, zt_te = M.embed(mcfg, params, img_te, tab_te)
     mean_i, mean_t = zi_tr.mean(0), zt_tr.mean(0)
-    live = jnp.arange(mcfg.num_outputs) < num_classes  # logits of this task's classes
+    live = jnp.arange(mcfg.num_outputs) < num_classes  # logits of this task's classes (>= 1)
 
     def predict(zi, zt):
-        out = M.head(mcfg, params, zi, zt)
-        return out[:, 0] if reg else jnp.where(live, out, -1e30)
+        return jnp.where(live, M.head(mcfg, params, zi, zt), -1e30)
 
-    m = D.mcr(predict, zi_te, zt_te, y, mean_i, mean_t, task=task)
-    ig = D.ig_modality_shares(predict, zi_te[:n], zt_te[:n], y[:n], mean_i, mean_t,
-                              steps=steps, method="gauss_legendre", task=task,
+    def predict_reg(zi, zt):
+        return predict(zi, zt)[:, 0]  # output 0 is always live
+
+    m_cls = D.mcr(predict, zi_te, zt_te, labels, mean_i, mean_t, task="classification")
+    m_reg = D.mcr(predict_reg, zi_te, zt_te, y, mean_i, mean_t, task="regression")
+    ig = D.ig_modality_shares(predict, zi_te[:n], zt_te[:n], labels[:n], mean_i, mean_t,
+                              steps=steps, method="gauss_legendre", task="classification",
                               batch_size=None if n * steps <= 20_000 else 16)
     # completeness: sum of attributions against f(x) - f(baseline), relative to the mean
     # |f(x) - f(baseline)| over the rows (a row with a tiny difference would blow up a per-row
@@ -91,23 +99,23 @@ def _diag_core(params, img_tr, tab_tr, img_te, tab_te, y, num_classes, *, mcfg, 
     out_x = predict(zi_te[:n], zt_te[:n])
     out_b = predict(jnp.broadcast_to(mean_i, zi_te[:n].shape),
                     jnp.broadcast_to(mean_t, zt_te[:n].shape))
-    if not reg:
-        out_x = jnp.take_along_axis(out_x, y[:n, None], 1)[:, 0]
-        out_b = jnp.take_along_axis(out_b, y[:n, None], 1)[:, 0]
+    out_x = jnp.take_along_axis(out_x, labels[:n, None], 1)[:, 0]
+    out_b = jnp.take_along_axis(out_b, labels[:n, None], 1)[:, 0]
     diff = out_x - out_b
     total = ig["attr_img"].reshape(n, -1).sum(1) + ig["attr_tab"].reshape(n, -1).sum(1)
     rel = jnp.max(jnp.abs(total - diff)) / (jnp.mean(jnp.abs(diff)) + 1e-12)
-    return {"img": m["img"], "tab": m["tab"], "ig_img": ig["img_mean"],
+    return {"img": jnp.where(reg, m_reg["img"], m_cls["img"]),
+            "tab": jnp.where(reg, m_reg["tab"], m_cls["tab"]), "ig_img": ig["img_mean"],
             "ig_tab": ig["tab_mean"], "completeness": rel}
 
 
 def _diagnose(cfg: Config, mcfg: M.ModelConfig, params, d: V.VTData, tab_tr, tab_te):
     reg = d.task == "regression"
-    y = jnp.asarray(d.y_test if reg else d.y_test.astype(np.int32))
-    out = _diag_core(params, jnp.asarray(d.image_train), jnp.asarray(tab_tr),
-                     jnp.asarray(d.image_test), jnp.asarray(tab_te), y,
-                     jnp.int32(max(d.num_classes, 1)), mcfg=mcfg, reg=reg,
-                     steps=cfg.ig_steps, n=min(cfg.ig_samples, len(d.y_test)))
+    labels = np.zeros(len(d.y_test), np.int32) if reg else d.y_test.astype(np.int32)
+    out = _diag_core(params, d.image_train, tab_tr, d.image_test, tab_te,
+                     d.y_test.astype(np.float32), labels, np.int32(max(d.num_classes, 1)),
+                     np.bool_(reg), mcfg=mcfg, steps=cfg.ig_steps,
+                     n=min(cfg.ig_samples, len(d.y_test)))
     return {k: float(v) for k, v in out.items()}
 
 
@@ -139,13 +147,6 @@ def _qa(cfg: Config, key, data: V.VTData, m: dict, timings: dict) -> dict:
                                seeds=(0,), steps=cfg.clf_steps, batch_size=cfg.batch_size,
                                lr=cfg.lr)
 
-    def predict_all(x):
-        out = M.predict_stacked(params, jnp.asarray(x), jnp.zeros((2, len(x), 0)), cfg=ccfg)
-        return np.argmax(np.asarray(out[0]), 1), np.argmax(np.asarray(out[1][:, :3]), 1)
-
-    dig, col = predict_all(x_te)
-    m["qa/classifier_acc"] = float(np.mean((dig == labels[test_ids]) & (col == col_te)))
-    m["qa/classifier_digit_acc"] = float(np.mean(dig == labels[test_ids]))
     seed = numpy_seed(k_qa)
     samples = {mode: qa.generate_qa(seed + i, mode=mode, num_samples=cfg.qa_samples,
                                     images=test_ids)
@@ -156,7 +157,15 @@ def _qa(cfg: Config, key, data: V.VTData, m: dict, timings: dict) -> dict:
         for s in ss:
             uniq.setdefault(s["image"].tobytes(), s["image"])
     keys = list(uniq)
-    pd, pc = predict_all(np.stack([uniq[k] for k in keys]))
+    # test images and query images in one call (one compiled program, not one per row count)
+    x_all = np.concatenate([x_te, np.stack([uniq[k] for k in keys])])
+    out = np.asarray(M.predict_stacked(params, x_all, np.zeros((2, len(x_all), 0), np.float32),
+                                       cfg=ccfg))
+    p_dig, p_col = np.argmax(out[0], 1), np.argmax(out[1][:, :3], 1)
+    dig, col = p_dig[:len(x_te)], p_col[:len(x_te)]
+    m["qa/classifier_acc"] = float(np.mean((dig == labels[test_ids]) & (col == col_te)))
+    m["qa/classifier_digit_acc"] = float(np.mean(dig == labels[test_ids]))
+    pd, pc = p_dig[len(x_te):], p_col[len(x_te):]
     lookup = {k: (int(a), int(b)) for k, a, b in zip(keys, pd, pc)}
     solvers = {"oracle": qa.oracle, "tool": qa.tool_solver(lambda im: lookup[im.tobytes()]),
                "blind": qa.blind(seed)}
@@ -240,6 +249,7 @@ def run(config: Config, key) -> dict[str, Any]:
     completeness = []
     for kind in FUSION:
         mcfg, params = trained[kind]
+        params = jax.tree.map(np.asarray, params)  # host slices: no eager program per leaf
         for ti, t in enumerate(TASKS):
             p = jax.tree.map(lambda x, i=ti * s: x[i], params)
             r = _diagnose(cfg, mcfg, p, ds[t], tab_tr[ti], tab_te[ti])

@@ -69,9 +69,17 @@ def make_true_model(env: envs_lib.TabularEnv, num_quantiles: int, *,
         vq = envs_lib.greedy_value_quantiles(env, num_quantiles, objective=objective, alpha=alpha)
     else:
         vq = jnp.zeros((env.num_states, num_quantiles))
+    stay, reward_q = _model_tables(env, num_quantiles)
+    return TrueModel(next_state=env.next_state, reward_q=reward_q, value_q=vq,
+                     terminal=env.terminal, stay=stay)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _model_tables(env: envs_lib.TabularEnv, num_quantiles: int) -> tuple[jax.Array, jax.Array]:
+    """``stay`` [S, A] and the reward quantiles [S, A, Q] as one compiled program (run eagerly,
+    the sort, cumsum and searches compile a dozen single-op programs)."""
     stay = env.next_state == jnp.arange(env.num_states)[:, None]
-    return TrueModel(next_state=env.next_state, reward_q=envs_lib.reward_quantiles(
-        env, num_quantiles), value_q=vq, terminal=env.terminal, stay=stay)
+    return stay, envs_lib.reward_quantiles(env, num_quantiles)
 
 
 def true_recurrent_fn(model: TrueModel, key: jax.Array, action: jax.Array,

@@ -151,19 +151,22 @@ def _resolve_ids(ids: list[str]) -> list[str]:
     return out
 
 
-def _check_extra_scale(pids: list[str], scale: str) -> None:
-    """A scale outside tiny/small/full must be an ``EXTRA_SCALES`` entry of every named paper."""
+def _config_module(pid: str):
+    """``experiments.<pid>.config``, or None where it cannot be imported (the run reports why)."""
     import importlib
 
+    try:
+        return importlib.import_module(f"{registry.get(pid).experiment}.config")
+    except ModuleNotFoundError:
+        return None
+
+
+def _check_extra_scale(pids: list[str], scale: str) -> None:
+    """A scale outside tiny/small/full must be an ``EXTRA_SCALES`` entry of every named paper."""
     from jaxpapers.core.reproduce import SCALES
 
     for pid in pids:
-        try:
-            cfg_mod = importlib.import_module(f"{registry.get(pid).experiment}.config")
-        except ModuleNotFoundError:
-            extra = ()
-        else:
-            extra = tuple(getattr(cfg_mod, "EXTRA_SCALES", ()))
+        extra = tuple(getattr(_config_module(pid), "EXTRA_SCALES", ()))
         if scale not in extra:
             raise _UsageError(f"--scale must be one of {', '.join(SCALES + extra)} for {pid}, "
                               f"got {scale!r}")
@@ -218,16 +221,7 @@ def _cost_order(pids: list[str], scale: str) -> list[str]:
     hint, only for this ordering); a paper without one may be long, so it goes first."""
     if scale != "tiny":
         return list(pids)
-    import importlib
-
-    def hint(pid):
-        try:
-            mod = importlib.import_module(f"{registry.get(pid).experiment}.config")
-        except ModuleNotFoundError:
-            return math.inf
-        return float(getattr(mod, "TINY_SECONDS", math.inf))
-
-    cost = {pid: hint(pid) for pid in pids}
+    cost = {pid: float(getattr(_config_module(pid), "TINY_SECONDS", math.inf)) for pid in pids}
     return sorted(pids, key=lambda p: -cost[p])  # stable: ties keep the registry order
 
 

@@ -69,9 +69,9 @@ def _build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default="results", metavar="DIR", help="output folder (default: results)")
     rp.add_argument("--seed", default=0, type=int, metavar="N", help="integer seed (default: 0)")
     rp.add_argument("--jobs", default="auto", metavar="N",
-                    help="papers run at once, each in a fresh process; 1: one after another in "
+                    help="papers run at once, in that many worker processes; 1: one after another in "
                          "this process; auto (default): one per usable CPU core, at most "
-                         f"{_AUTO_JOBS_MAX}, for --scale tiny, else 1. Results do not depend on it")
+                         f"{_AUTO_JOBS_MAX}, for --scale tiny, else 1. Workers get OMP_NUM_THREADS = cores / N unless set")
     bp = sub.add_parser("bench", help="time a Pallas kernel against its jnp reference")
     bp.add_argument("kernel", help="kernel name (see 'jaxpapers bench --list')", nargs="?")
     bp.add_argument("--list", action="store_true", help="list the kernels that can be benchmarked")
@@ -186,6 +186,16 @@ def _reproduce_one(pid: str, scale: str, out: str, seed: int) -> dict:
             "out_dir": str(res.out_dir)}
 
 
+def _reproduce_in_worker(pid: str, scale: str, out: str, seed: int) -> dict:
+    """:func:`_reproduce_one` in a ``--jobs`` worker process that goes on to other papers."""
+    try:
+        return _reproduce_one(pid, scale, out, seed)
+    finally:
+        import jax
+
+        jax.clear_caches()  # as the one-process loop of _run_papers does
+
+
 def _jobs(text: str, scale: str, n_papers: int) -> int:
     """``--jobs``: a positive int, or ``auto`` (one per usable core, at most _AUTO_JOBS_MAX, for
     tiny; else 1)."""
@@ -193,9 +203,13 @@ def _jobs(text: str, scale: str, n_papers: int) -> int:
         return _positive(text, "--jobs")
     if scale != "tiny" or n_papers == 1:
         return 1
-    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")  # not on macOS
-             else os.cpu_count() or 1)
-    return max(1, min(cores, _AUTO_JOBS_MAX, n_papers))
+    return max(1, min(_usable_cores(), _AUTO_JOBS_MAX, n_papers))
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):  # not on macOS
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _tiny_xla_flags() -> None:
@@ -225,6 +239,27 @@ def _cost_order(pids: list[str], scale: str) -> list[str]:
     return sorted(pids, key=lambda p: -cost[p])  # stable: ties keep the registry order
 
 
+_WORKER_ENV = ("XLA_PYTHON_CLIENT_PREALLOCATE", "OMP_NUM_THREADS")
+
+
+def _worker_environment(jobs: int) -> dict[str, str]:
+    """The :data:`_WORKER_ENV` settings of ``jobs`` > 1 worker processes; a value the user set
+    wins."""
+    want = {
+        # several processes on one accelerator: each takes memory as it needs it instead of
+        # preallocating most of it (jax's default)
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        # the workers share the cores: OpenMP / OpenBLAS pools sized for the whole machine in
+        # every worker spin against each other (sklearn's HistGradientBoosting in vtbench's tiny
+        # run, 2026-12-03: 0.6 s alone, 6.9 s beside another worker on 2 cores; the whole
+        # `reproduce all --scale tiny`: 177 s -> 153 s). Results do not depend on it, except
+        # where a BLAS-threaded fit stops at a tolerance (qsched's alignment scorer: sklearn's
+        # LogisticRegression, <= 1.3e-3 relative; see experiments/qsched/README.md)
+        "OMP_NUM_THREADS": str(max(1, _usable_cores() // jobs)),
+    }
+    return {k: os.environ.get(k, v) for k, v in want.items()}
+
+
 def _run_papers(pids: list[str], args, jobs: int):
     """Yields each paper's :func:`_reproduce_one` result as it finishes."""
     if jobs == 1 or len(pids) == 1:
@@ -240,14 +275,14 @@ def _run_papers(pids: list[str], args, jobs: int):
     import concurrent.futures
     import multiprocessing
 
-    # several processes on one accelerator: each takes memory as it needs it instead of
-    # preallocating most of it (jax's default), unless the user decided
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    # a fresh spawned process per paper: no state shared between papers, memory given back
+    os.environ.update(_worker_environment(jobs))  # inherited by the spawned workers
+    # spawned workers, each running papers one after another like the ``--jobs 1`` loop above
+    # (jax, matplotlib and the core imported once per worker, not once per paper: about 1-2 s
+    # of a tiny run each), dropping each paper's compiled programs when it is done
     with concurrent.futures.ProcessPoolExecutor(
-            max_workers=min(jobs, len(pids)), mp_context=multiprocessing.get_context("spawn"),
-            max_tasks_per_child=1) as ex:
-        futures = [ex.submit(_reproduce_one, pid, args.scale, args.out, args.seed)
+            max_workers=min(jobs, len(pids)),
+            mp_context=multiprocessing.get_context("spawn")) as ex:
+        futures = [ex.submit(_reproduce_in_worker, pid, args.scale, args.out, args.seed)
                    for pid in _cost_order(pids, args.scale)]
         for f in concurrent.futures.as_completed(futures):
             yield f.result()
@@ -266,7 +301,7 @@ def _cmd_reproduce(args) -> int:
     _check_writable(out)
     # the settings below are for this command's runs only: an in-process caller (a test, a
     # notebook) gets its environment back, so later subprocesses of its own do not inherit them
-    saved = {k: os.environ.get(k) for k in ("XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE")}
+    saved = {k: os.environ.get(k) for k in ("XLA_FLAGS", *_WORKER_ENV)}
     try:
         if args.scale == "tiny":
             _tiny_xla_flags()

@@ -170,6 +170,20 @@ def test_jobs_auto_is_one_per_core_for_tiny_only(monkeypatch):
     assert cli._jobs("7", "small", 19) == 7
 
 
+def test_workers_share_the_cores_unless_the_user_set_threads(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    for k in cli._WORKER_ENV:
+        monkeypatch.delenv(k, raising=False)
+    assert cli._worker_environment(2) == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+                                          "OMP_NUM_THREADS": "3"}
+    assert cli._worker_environment(4)["OMP_NUM_THREADS"] == "1"  # 6 // 4
+    assert cli._worker_environment(8)["OMP_NUM_THREADS"] == "1"  # never 0
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    assert cli._worker_environment(2) == {"XLA_PYTHON_CLIENT_PREALLOCATE": "true",
+                                          "OMP_NUM_THREADS": "5"}
+
+
 def test_cost_order_starts_long_papers_first(monkeypatch):
     _fake_experiment(monkeypatch)
     hints = {"rsa_cp": 3.0, "vtbench": 40.0, "fake_paper": None}  # fake: no hint, may be long

@@ -1,7 +1,7 @@
-"""Every implemented paper end to end at ``--scale tiny``, in fresh processes (issues 16 and 17).
+"""Every implemented paper end to end at ``--scale tiny``, in subprocesses (issues 16 and 17).
 
 Two runs side by side: ``jaxpapers reproduce all --scale tiny --jobs 2`` (the machine's default
-threading, each paper in its own spawned process) and a twin pinned to a single CPU with XLA's
+threading, two spawned worker processes taking the papers longest first) and a twin pinned to a single CPU with XLA's
 multi-threaded Eigen switched off, another ``PYTHONHASHSEED``, papers one after another in one
 process. The first must write a valid report for every implemented paper (pipeline real,
 numbers meaningless); the two must write identical ``metrics.json`` metrics and claims
@@ -52,10 +52,12 @@ THREAD_DEPENDENT: dict[str, tuple[tuple[str, ...], float, str]] = {
                      "<= 4e-7 relative; the Eigen flag alone and PYTHONHASHSEED change nothing; "
                      "verdicts identical)"),
     "qsched": (("alignment", "jaq/"), 3e-3,
-               "the alignment and JAQ scorers (features of real and generated digits through the "
-               "scorer networks) moved by <= 1.3e-3 relative on this project's AMD EPYC machine "
-               "(measured 2026-12-03, tiny, default vs one pinned thread; identical on the "
-               "earlier machines); every other qsched metric and every verdict identical"),
+               "the alignment and JAQ scores moved by <= 1.3e-3 relative on this project's AMD "
+               "EPYC machine (measured 2026-12-03, tiny, default vs one pinned thread; identical "
+               "on the earlier machines): the alignment scorer's sklearn LogisticRegression fit "
+               "converges to slightly different weights with another OpenBLAS thread count "
+               "(OMP_NUM_THREADS=1 alone moves them, XLA's threading does not); every other "
+               "qsched metric and every verdict identical"),
     "vtbench": (("ig/",), 1e-6,
                 "integrated-gradient shares sum float32 attributions of many path points whose "
                 "dot products XLA's multi-threaded Eigen contracts in another order (measured "

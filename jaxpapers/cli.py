@@ -71,7 +71,7 @@ def _build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--jobs", default="auto", metavar="N",
                     help="papers run at once, in that many worker processes; 1: one after another in "
                          "this process; auto (default): one per usable CPU core, at most "
-                         f"{_AUTO_JOBS_MAX}, for --scale tiny, else 1. Workers get OMP_NUM_THREADS = cores / N unless set")
+                         f"{_AUTO_JOBS_MAX}, for --scale tiny, else 1. Each worker is pinned to its share of the cores")
     bp = sub.add_parser("bench", help="time a Pallas kernel against its jnp reference")
     bp.add_argument("kernel", help="kernel name (see 'jaxpapers bench --list')", nargs="?")
     bp.add_argument("--list", action="store_true", help="list the kernels that can be benchmarked")
@@ -251,13 +251,37 @@ def _worker_environment(jobs: int) -> dict[str, str]:
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         # the workers share the cores: OpenMP / OpenBLAS pools sized for the whole machine in
         # every worker spin against each other (sklearn's HistGradientBoosting in vtbench's tiny
-        # run, 2026-12-03: 0.6 s alone, 6.9 s beside another worker on 2 cores; the whole
-        # `reproduce all --scale tiny`: 177 s -> 153 s). Results do not depend on it, except
-        # where a BLAS-threaded fit stops at a tolerance (qsched's alignment scorer: sklearn's
+        # run, 2026-12-03: 0.6 s alone, 6.9 s beside another worker on 2 cores). A BLAS-threaded
+        # fit that stops at a tolerance may land elsewhere (qsched's alignment scorer: sklearn's
         # LogisticRegression, <= 1.3e-3 relative; see experiments/qsched/README.md)
         "OMP_NUM_THREADS": str(max(1, _usable_cores() // jobs)),
     }
     return {k: os.environ.get(k, v) for k, v in want.items()}
+
+
+def _core_groups(jobs: int) -> list[tuple[int, ...]] | None:
+    """The usable cores dealt into ``min(jobs, cores)`` disjoint groups, one per ``--jobs``
+    worker (None where the platform cannot pin a process, e.g. macOS)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    n = min(jobs, len(cores))
+    return [tuple(cores[i::n]) for i in range(n)]
+
+
+def _start_worker(counter, groups: list[tuple[int, ...]] | None) -> None:
+    """``--jobs`` worker initialiser: pin this worker to the next group of cores.
+
+    Measured 2026-12-03 on 2 cores (`reproduce all --scale tiny`): unpinned workers each start
+    XLA's and the experiments' thread pools for the whole machine and spin against each other
+    (182-221 s, 320-390 s of CPU, run to run); one core each, 155 s and 278 s of CPU. XLA sizes
+    its pool from the affinity mask, so a pinned worker computes like a machine of that many
+    cores (the few thread-dependent metrics are listed in tests/core/test_tiny_runs.py)."""
+    with counter.get_lock():
+        i = counter.value
+        counter.value += 1
+    if groups:
+        os.sched_setaffinity(0, groups[i % len(groups)])
 
 
 def _run_papers(pids: list[str], args, jobs: int):
@@ -276,12 +300,14 @@ def _run_papers(pids: list[str], args, jobs: int):
     import multiprocessing
 
     os.environ.update(_worker_environment(jobs))  # inherited by the spawned workers
+    ctx = multiprocessing.get_context("spawn")
     # spawned workers, each running papers one after another like the ``--jobs 1`` loop above
     # (jax, matplotlib and the core imported once per worker, not once per paper: about 1-2 s
     # of a tiny run each), dropping each paper's compiled programs when it is done
     with concurrent.futures.ProcessPoolExecutor(
             max_workers=min(jobs, len(pids)),
-            mp_context=multiprocessing.get_context("spawn")) as ex:
+            mp_context=ctx, initializer=_start_worker,
+            initargs=(ctx.Value("i", 0), _core_groups(jobs))) as ex:
         futures = [ex.submit(_reproduce_in_worker, pid, args.scale, args.out, args.seed)
                    for pid in _cost_order(pids, args.scale)]
         for f in concurrent.futures.as_completed(futures):

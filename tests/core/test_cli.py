@@ -184,6 +184,25 @@ def test_workers_share_the_cores_unless_the_user_set_threads(monkeypatch):
                                           "OMP_NUM_THREADS": "5"}
 
 
+def test_workers_are_pinned_to_disjoint_groups_of_cores(monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: None, raising=False)
+    assert cli._core_groups(2) == [(0, 2, 4), (1, 3, 5)]
+    assert cli._core_groups(4) == [(0, 4), (1, 5), (2,), (3,)]
+    assert cli._core_groups(8) == [(i,) for i in range(6)]  # never an empty group
+    pinned = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: pinned.append((pid, cpus)))
+    counter = multiprocessing.get_context("spawn").Value("i", 0)
+    for _ in range(3):  # a third worker (one replaced after a crash) wraps around
+        cli._start_worker(counter, cli._core_groups(2))
+    assert pinned == [(0, (0, 2, 4)), (0, (1, 3, 5)), (0, (0, 2, 4))]
+    monkeypatch.delattr(os, "sched_setaffinity")  # e.g. macOS: no pinning
+    assert cli._core_groups(2) is None
+    cli._start_worker(counter, None)
+
+
 def test_cost_order_starts_long_papers_first(monkeypatch):
     _fake_experiment(monkeypatch)
     hints = {"rsa_cp": 3.0, "vtbench": 40.0, "fake_paper": None}  # fake: no hint, may be long

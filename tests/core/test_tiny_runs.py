@@ -1,14 +1,15 @@
 """Every implemented paper end to end at ``--scale tiny``, in subprocesses (issues 16 and 17).
 
-Two runs side by side: ``jaxpapers reproduce all --scale tiny --jobs 2`` (the machine's default
-threading, two spawned worker processes taking the papers longest first) and a twin pinned to a single CPU with XLA's
-multi-threaded Eigen switched off, another ``PYTHONHASHSEED``, papers one after another in one
-process. The first must write a valid report for every implemented paper (pipeline real,
-numbers meaningless); the two must write identical ``metrics.json`` metrics and claims
+Two runs side by side: ``jaxpapers reproduce all --scale tiny --jobs 2`` (two spawned worker
+processes taking the papers longest first, each pinned to its share of the cores, so one core
+and one XLA thread each on a 2-core machine) and a twin with another ``PYTHONHASHSEED`` that runs
+its papers one after another in one unpinned process (``--jobs 1``: XLA's and OpenMP's threads
+for every core). The first must write a valid report for every implemented paper (pipeline
+real, numbers meaningless); the two must write identical ``metrics.json`` metrics and claims
 (wall-clock ``timings`` excepted), or the failure names the paper and the metric that moved.
 
-The twin runs :data:`TWIN_PAPERS` by default (half the papers, about 100 s pinned: the whole
-twin took 14 minutes of the suite's 37 beside the default run); ``JAXPAPERS_TINY_TWIN=all``
+The twin runs :data:`TWIN_PAPERS` by default (the fast half of the papers: the whole twin took
+14 minutes of the suite's 37 beside the default run, 2026-12-02); ``JAXPAPERS_TINY_TWIN=all``
 makes it run every implemented paper (do so before landing a change to shared numerics).
 """
 
@@ -28,12 +29,10 @@ import pytest
 from jaxpapers.core import registry, report
 
 IMPLEMENTED = [p.id for p in registry.PAPERS if p.status is registry.Status.IMPLEMENTED]
-ONE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 # Wall-clock limit of one `reproduce all --scale tiny` process. The two processes share two cores
 # with the other pytest worker; with 14 papers the pinned one exceeded 1200 s (2026-12-02).
 TINY_TIMEOUT_S = 2400
-# The single-thread twin's papers by default: the fast half of the tiny runs (about 100 s pinned
-# to one CPU), covering closed forms (layer_balancing), SQL and sandboxed tools (excytin, dive),
+# The twin's papers by default: the fast half of the tiny runs (about 100 s on one CPU), covering closed forms (layer_balancing), SQL and sandboxed tools (excytin, dive),
 # conformal calibration (rsa_cp), diffusion training and sampling (tdm_r1, qsched), attention
 # kernels (binarypc) and federated graph learning (fedgcm).
 TWIN_PAPERS = ("layer_balancing", "excytin", "dive", "rsa_cp", "tdm_r1", "binarypc", "qsched",
@@ -148,17 +147,12 @@ CONTRACT_METRICS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _reproduce_all(out: pathlib.Path, *, one_thread: bool) -> subprocess.CompletedProcess:
+def _reproduce_all(out: pathlib.Path, *, twin: bool) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("JAXPAPERS_XLA_CACHE", None)
-    env["PYTHONHASHSEED"] = "0" if one_thread else "1"  # nothing may depend on str hashing
-    preexec = None
-    if one_thread:
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + ONE_THREAD_FLAGS).strip()
-        env["OMP_NUM_THREADS"] = "1"
-        cpu = min(os.sched_getaffinity(0))
-        preexec = lambda: os.sched_setaffinity(0, {cpu})  # noqa: E731
-    if one_thread:
+    env["PYTHONHASHSEED"] = "0" if twin else "1"  # nothing may depend on str hashing
+    if twin:  # every core's threads (`--jobs 2` pins its workers and sets OMP_NUM_THREADS)
+        env.pop("OMP_NUM_THREADS", None)
         ids = (list(IMPLEMENTED) if os.environ.get("JAXPAPERS_TINY_TWIN") == "all"
                else [p for p in TWIN_PAPERS if p in IMPLEMENTED])
         ids += ["--jobs", "1"]
@@ -166,18 +160,17 @@ def _reproduce_all(out: pathlib.Path, *, one_thread: bool) -> subprocess.Complet
         ids = ["all", "--jobs", "2"]
     cmd = [sys.executable, "-m", "jaxpapers", "reproduce", *ids, "--scale", "tiny", "--out",
            str(out)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TINY_TIMEOUT_S,
-                          preexec_fn=preexec)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TINY_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("tiny")
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
-        default = ex.submit(_reproduce_all, base / "default", one_thread=False)
-        single = ex.submit(_reproduce_all, base / "one_thread", one_thread=True)
+        default = ex.submit(_reproduce_all, base / "default", twin=False)
+        twin = ex.submit(_reproduce_all, base / "twin", twin=True)
         return {"default": (base / "default", default.result()),
-                "one_thread": (base / "one_thread", single.result())}
+                "twin": (base / "twin", twin.result())}
 
 
 def _check_ok(name, proc):
@@ -233,9 +226,9 @@ def _comparable(doc):
 
 
 def test_tiny_metrics_do_not_depend_on_threads_or_process(tiny_runs):
-    (a_out, a), (b_out, b) = tiny_runs["default"], tiny_runs["one_thread"]
+    (a_out, a), (b_out, b) = tiny_runs["default"], tiny_runs["twin"]
     _check_ok("default", a)
-    _check_ok("one thread", b)
+    _check_ok("twin", b)
     moved = []
     twins = [p for p in IMPLEMENTED if (b_out / p / "metrics.json").exists()]
     assert set(twins) >= {p for p in TWIN_PAPERS if p in IMPLEMENTED}, twins
@@ -251,7 +244,7 @@ def test_tiny_metrics_do_not_depend_on_threads_or_process(tiny_runs):
             tol = rtol if k.startswith(prefixes) and prefixes else 0.0
             return x is not None and y is not None and abs(x - y) <= tol * abs(x)
 
-        moved += [f"{pid}: {k} = {ma[k]!r} (default threads) vs {mb[k]!r} (one thread)"
+        moved += [f"{pid}: {k} = {ma[k]!r} (pinned --jobs 2) vs {mb[k]!r} (twin, all cores)"
                   for k in ma if not same(k, ma[k], mb[k])]
         # verdicts always identical; a claim's number may move only like its metric
         moved += [f"{pid}: claim {x[0]} = {x[1:]} vs {y[1:]}" for x, y in zip(ca, cb)

@@ -281,7 +281,10 @@ def _start_worker(counter, groups: list[tuple[int, ...]] | None) -> None:
         i = counter.value
         counter.value += 1
     if groups:
-        os.sched_setaffinity(0, groups[i % len(groups)])
+        try:
+            os.sched_setaffinity(0, groups[i % len(groups)])
+        except OSError:  # a sandbox that forbids it: run unpinned (only slower)
+            pass
 
 
 def _run_papers(pids: list[str], args, jobs: int):

@@ -198,6 +198,12 @@ def test_workers_are_pinned_to_disjoint_groups_of_cores(monkeypatch):
     for _ in range(3):  # a third worker (one replaced after a crash) wraps around
         cli._start_worker(counter, cli._core_groups(2))
     assert pinned == [(0, (0, 2, 4)), (0, (1, 3, 5)), (0, (0, 2, 4))]
+
+    def refuse(pid, cpus):
+        raise PermissionError("not allowed here")
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    cli._start_worker(counter, cli._core_groups(2))  # unpinned, no error: pinning only helps
     monkeypatch.delattr(os, "sched_setaffinity")  # e.g. macOS: no pinning
     assert cli._core_groups(2) is None
     cli._start_worker(counter, None)

@@ -69,9 +69,10 @@ def _build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default="results", metavar="DIR", help="output folder (default: results)")
     rp.add_argument("--seed", default=0, type=int, metavar="N", help="integer seed (default: 0)")
     rp.add_argument("--jobs", default="auto", metavar="N",
-                    help="papers run at once, in that many worker processes; 1: one after another in "
-                         "this process; auto (default): one per usable CPU core, at most "
-                         f"{_AUTO_JOBS_MAX}, for --scale tiny, else 1. Each worker is pinned to its share of the cores")
+                    help="papers run at once, in that many worker processes, each pinned to "
+                         "its share of the cores; 1: one after another in this process; auto "
+                         f"(default): one per usable CPU core, at most {_AUTO_JOBS_MAX}, for "
+                         "--scale tiny, else 1")
     bp = sub.add_parser("bench", help="time a Pallas kernel against its jnp reference")
     bp.add_argument("kernel", help="kernel name (see 'jaxpapers bench --list')", nargs="?")
     bp.add_argument("--list", action="store_true", help="list the kernels that can be benchmarked")
@@ -302,15 +303,15 @@ def _run_papers(pids: list[str], args, jobs: int):
     import concurrent.futures
     import multiprocessing
 
-    os.environ.update(_worker_environment(jobs))  # inherited by the spawned workers
+    workers = min(jobs, len(pids))
+    os.environ.update(_worker_environment(workers))  # inherited by the spawned workers
     ctx = multiprocessing.get_context("spawn")
     # spawned workers, each running papers one after another like the ``--jobs 1`` loop above
     # (jax, matplotlib and the core imported once per worker, not once per paper: about 1-2 s
     # of a tiny run each), dropping each paper's compiled programs when it is done
     with concurrent.futures.ProcessPoolExecutor(
-            max_workers=min(jobs, len(pids)),
-            mp_context=ctx, initializer=_start_worker,
-            initargs=(ctx.Value("i", 0), _core_groups(jobs))) as ex:
+            max_workers=workers, mp_context=ctx, initializer=_start_worker,
+            initargs=(ctx.Value("i", 0), _core_groups(workers))) as ex:
         futures = [ex.submit(_reproduce_in_worker, pid, args.scale, args.out, args.seed)
                    for pid in _cost_order(pids, args.scale)]
         for f in concurrent.futures.as_completed(futures):

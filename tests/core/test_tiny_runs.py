@@ -30,9 +30,11 @@ from jaxpapers.core import registry, report
 
 IMPLEMENTED = [p.id for p in registry.PAPERS if p.status is registry.Status.IMPLEMENTED]
 # Wall-clock limit of one `reproduce all --scale tiny` process. The two processes share two cores
-# with the other pytest worker; with 14 papers the pinned one exceeded 1200 s (2026-12-02).
+# with the other pytest worker; with 14 papers the twin, then pinned to one CPU, exceeded 1200 s
+# (2026-12-02).
 TINY_TIMEOUT_S = 2400
-# The twin's papers by default: the fast half of the tiny runs (about 100 s on one CPU), covering closed forms (layer_balancing), SQL and sandboxed tools (excytin, dive),
+# The twin's papers by default: the fast half of the tiny runs (about 100 s on one CPU),
+# covering closed forms (layer_balancing), SQL and sandboxed tools (excytin, dive),
 # conformal calibration (rsa_cp), diffusion training and sampling (tdm_r1, qsched), attention
 # kernels (binarypc) and federated graph learning (fedgcm).
 TWIN_PAPERS = ("layer_balancing", "excytin", "dive", "rsa_cp", "tdm_r1", "binarypc", "qsched",

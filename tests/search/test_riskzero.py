@@ -79,8 +79,25 @@ def test_train_agent_jits_once_vmaps_seeds_and_learns_value(key):
     keys = jax.random.split(key, 2)
     out = fn(keys)
     assert out["mean"].shape == (2, 2) and np.all(np.isfinite(np.asarray(out["loss"])))
-    # loss falls from the first to the second chunk (value heads start at 0; targets ~ -8..+100)
-    assert np.all(np.asarray(out["loss"][:, 1]) < np.asarray(out["loss"][:, 0]))
+    # learning: on one fixed batch of 256 (episode, step) pairs from the trained agent's
+    # self-play, the trained parameters fit the targets better than the initial ones (value
+    # heads start at 0; targets ~ -8..+100). The per-chunk training losses are not compared:
+    # each averages 6 minibatches of 8 from a buffer that is still filling (seed 0's went
+    # 39.9 -> 40.8 while its held-out value loss fell 23.6 -> 13.0; measured 2026-12-03).
+    net, _, _ = riskzero.make_agent(cfg, env)
+    loss_fn = riskzero._loss_fn(cfg, net)
+    big = dataclasses.replace(cfg, batch_size=256)
+    for i in range(2):
+        k_init = jax.random.split(keys[i], 3)[0]  # train_agent's initialisation key
+        init = net.init(k_init, jnp.zeros(env.num_states),
+                        jnp.zeros((cfg.history_len, env.num_states)), jnp.zeros((), jnp.int32))
+        trained = jax.tree.map(lambda x, i=i: x[i], out["params"])
+        traj = riskzero.self_play(cfg, env, trained, jax.random.key(11), num_envs=16)
+        batch = riskzero._sample_batch(big, riskzero._empty_buffer(cfg, env).add(traj),
+                                       jax.random.key(12))
+        (l0, a0), (l1, a1) = loss_fn(init, batch, None), loss_fn(trained, batch, None)
+        assert float(l1) < float(l0) and float(a1["value_loss"]) < float(a0["value_loss"]), (
+            i, float(l0), float(l1), float(a0["value_loss"]), float(a1["value_loss"]))
     again = fn(keys)
     np.testing.assert_array_equal(out["cvar"], again["cvar"])
     assert fn._cache_size() == 1

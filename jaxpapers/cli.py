@@ -188,13 +188,17 @@ def _reproduce_one(pid: str, scale: str, out: str, seed: int) -> dict:
 
 
 def _reproduce_in_worker(pid: str, scale: str, out: str, seed: int) -> dict:
-    """:func:`_reproduce_one` in a ``--jobs`` worker process that goes on to other papers."""
+    """:func:`_reproduce_one` in a process that goes on to other papers (this one under
+    ``--jobs 1``, or a ``--jobs`` worker)."""
     try:
         return _reproduce_one(pid, scale, out, seed)
     finally:
         import jax
 
-        jax.clear_caches()  # as the one-process loop of _run_papers does
+        # drop the finished paper's compiled programs, or their memory mappings (about three
+        # per program) pile up towards the kernel's per-process limit (vm.max_map_count,
+        # 65,530 by default)
+        jax.clear_caches()
 
 
 def _jobs(text: str, scale: str, n_papers: int) -> int:
@@ -291,14 +295,8 @@ def _start_worker(counter, groups: list[tuple[int, ...]] | None) -> None:
 def _run_papers(pids: list[str], args, jobs: int):
     """Yields each paper's :func:`_reproduce_one` result as it finishes."""
     if jobs == 1 or len(pids) == 1:
-        import jax
-
         for pid in pids:
-            yield _reproduce_one(pid, args.scale, args.out, args.seed)
-            # one process for every paper: drop the finished paper's compiled programs, or
-            # their memory mappings (about three per program) pile up towards the kernel's
-            # per-process limit (vm.max_map_count, 65,530 by default)
-            jax.clear_caches()
+            yield _reproduce_in_worker(pid, args.scale, args.out, args.seed)
         return
     import concurrent.futures
     import multiprocessing
